@@ -1,0 +1,36 @@
+# CUDA backend switch. SKETCHCORE_CUDA = AUTO | ON | OFF.
+# AUTO enables the backend when a CUDA compiler is found; OFF never looks for one, so a
+# CPU-only build needs no CUDA toolkit. The backend sources live in src/cuda/ and are
+# compiled into the one `sketchcore` library behind the private backend interface.
+include(CheckLanguage)
+
+set(SKETCHCORE_WITH_CUDA OFF)
+if(SKETCHCORE_CUDA STREQUAL "ON" OR SKETCHCORE_CUDA STREQUAL "AUTO")
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(SKETCHCORE_WITH_CUDA ON)
+  elseif(SKETCHCORE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SKETCHCORE_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER or use AUTO/OFF)")
+  endif()
+elseif(NOT SKETCHCORE_CUDA STREQUAL "OFF")
+  message(FATAL_ERROR "SKETCHCORE_CUDA must be AUTO, ON or OFF, got '${SKETCHCORE_CUDA}'")
+endif()
+
+if(SKETCHCORE_WITH_CUDA)
+  enable_language(CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+endif()
+message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}")
+
+# Adds the CUDA backend sources to `target` when enabled. Until the CUDA backend lands,
+# src/cuda/ holds only the device registration stub, compiled by nvcc so that CI notices
+# a broken CUDA toolchain early.
+function(sketchcore_add_cuda_backend target)
+  if(SKETCHCORE_WITH_CUDA)
+    target_sources(${target} PRIVATE "${PROJECT_SOURCE_DIR}/src/cuda/cuda_backend.cu")
+    target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1)
+    set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden)
+  endif()
+endfunction()

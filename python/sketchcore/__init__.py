@@ -1,0 +1,52 @@
+"""sketchcore: sketched (randomized low-rank) linear layers.
+
+``sketched_matmul(x, S, U)`` computes ``act(scale * sum_t (x @ S[t]) @ U[t] + bias)`` with a
+C++ core on NumPy, PyTorch and any other DLPack arrays, without copying them.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+
+def _load_openblas() -> None:
+    """Loads the scipy-openblas32 library the extension was linked against.
+
+    The extensions also find it through their RUNPATH; loading it here by full path makes
+    the import work wherever pip put the wheel (user site, editable installs).
+    """
+    try:
+        import scipy_openblas32
+    except ImportError:  # built against another CBLAS
+        return
+    path = os.path.join(scipy_openblas32.get_lib_dir(), scipy_openblas32.get_library(fullname=True))
+    if os.path.exists(path):
+        ctypes.CDLL(path)
+
+
+_load_openblas()
+
+from sketchcore._dlpack import DLPackBuffer  # noqa: E402
+from sketchcore._ops import build_info, get_num_threads, set_num_threads, sketched_matmul  # noqa: E402
+
+__version__ = build_info()["version"]
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+
+
+def cmake_prefix() -> str:
+    """Directory to put on ``CMAKE_PREFIX_PATH`` so that a C++ project's
+    ``find_package(sketchcore CONFIG)`` finds the library inside this installed package."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+__all__ = [
+    "ACTIVATIONS",
+    "DLPackBuffer",
+    "build_info",
+    "cmake_prefix",
+    "get_num_threads",
+    "set_num_threads",
+    "sketched_matmul",
+    "__version__",
+]

@@ -1,0 +1,68 @@
+// Calls into the public C++ API from Cython without letting a C++ exception cross into
+// Python: each call returns an error kind and message, so the binding can run it with the
+// GIL released and raise the matching Python exception afterwards.
+#pragma once
+
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sketchcore/sketchcore.hpp"
+
+namespace sketchcore_python {
+
+enum class ErrorKind : int { none = 0, value = 1, type = 2, memory = 3, runtime = 4 };
+
+template <class Fn>
+ErrorKind guarded(Fn&& fn, std::string& message) noexcept {
+  try {
+    fn();
+    return ErrorKind::none;
+  } catch (const sketchcore::dtype_error& e) {
+    message = e.what();
+    return ErrorKind::type;
+  } catch (const sketchcore::device_error& e) {
+    message = e.what();
+    return ErrorKind::type;
+  } catch (const std::invalid_argument& e) {  // shape_error and other bad values
+    message = e.what();
+    return ErrorKind::value;
+  } catch (const std::bad_alloc& e) {
+    message = e.what();
+    return ErrorKind::memory;
+  } catch (const std::exception& e) {
+    message = e.what();
+    return ErrorKind::runtime;
+  } catch (...) {
+    message = "unknown C++ exception";
+    return ErrorKind::runtime;
+  }
+}
+
+inline ErrorKind output_shape(const sketchcore::TensorView& x, const sketchcore::TensorView& S,
+                              const sketchcore::TensorView& U, std::vector<int64_t>& shape,
+                              std::string& message) noexcept {
+  return guarded([&] { shape = sketchcore::sketched_matmul_output_shape(x, S, U); }, message);
+}
+
+inline ErrorKind sketched_matmul(const sketchcore::TensorView& x, const sketchcore::TensorView& S,
+                                 const sketchcore::TensorView& U, const sketchcore::TensorView& out,
+                                 const sketchcore::TensorView* bias, double scale, const std::string& activation,
+                                 std::string& message) noexcept {
+  return guarded(
+      [&] {
+        sketchcore::Epilogue epilogue;
+        epilogue.scale = scale;
+        epilogue.activation = sketchcore::parse_activation(activation);
+        if (bias) epilogue.bias = *bias;
+        sketchcore::sketched_matmul(x, S, U, out, epilogue);
+      },
+      message);
+}
+
+inline ErrorKind set_num_threads(int n, std::string& message) noexcept {
+  return guarded([&] { sketchcore::set_num_threads(n); }, message);
+}
+
+}  // namespace sketchcore_python

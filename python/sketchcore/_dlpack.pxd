@@ -1,0 +1,68 @@
+# DLPack consumer (ImportedTensor) and producer (DLPackBuffer) shared by the bindings.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+from sketchcore._sketchcore cimport TensorView
+
+
+cdef extern from "dlpack_abi.h" nogil:
+    ctypedef struct DLDevice:
+        int32_t device_type
+        int32_t device_id
+
+    ctypedef struct DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+
+    ctypedef struct DLTensor:
+        void* data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t* shape
+        int64_t* strides
+        uint64_t byte_offset
+
+    ctypedef struct DLManagedTensor:
+        DLTensor dl_tensor
+        void* manager_ctx
+        void (*deleter)(DLManagedTensor*)
+
+    ctypedef struct DLPackVersion:
+        uint32_t major
+        uint32_t minor
+
+    ctypedef struct DLManagedTensorVersioned:
+        DLPackVersion version
+        void* manager_ctx
+        void (*deleter)(DLManagedTensorVersioned*)
+        uint64_t flags
+        DLTensor dl_tensor
+
+    int SC_DLPACK_MAJOR_VERSION
+    int SC_DLPACK_MINOR_VERSION
+    int SC_DL_CPU
+    int SC_DL_CUDA
+    int SC_DL_CUDA_HOST
+    int SC_DL_CUDA_MANAGED
+    int SC_DL_INT
+    int SC_DL_UINT
+    int SC_DL_FLOAT
+    int SC_DL_BFLOAT
+    int SC_DL_COMPLEX
+    int SC_DL_BOOL
+    uint64_t SC_DLPACK_FLAG_READ_ONLY
+    uint64_t SC_DLPACK_FLAG_IS_COPIED
+
+
+cdef class ImportedTensor:
+    """An array borrowed through DLPack; the producer's deleter runs once, on release."""
+    cdef DLManagedTensor* legacy
+    cdef DLManagedTensorVersioned* versioned
+    cdef TensorView view
+    cdef readonly bint read_only
+    cdef readonly bint is_copy
+    cdef readonly str name
+
+
+cdef ImportedTensor import_array(object obj, str name, bint for_writing)

@@ -1,0 +1,288 @@
+# cython: language_level=3
+"""DLPack consumer and producer.
+
+``import_array`` turns any object with ``__dlpack__`` (NumPy, PyTorch, CuPy, JAX, ...) into
+an :class:`ImportedTensor` holding a ``sketchcore::TensorView`` of the same memory, without a
+copy. ``DLPackBuffer`` is memory owned by sketchcore and exported through DLPack.
+"""
+from cpython.pycapsule cimport (PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
+                                PyCapsule_New, PyCapsule_SetName)
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from libc.stdint cimport int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset, strcmp
+from libcpp.vector cimport vector
+
+from sketchcore._sketchcore cimport DType, Device, DeviceType, TensorView
+
+# Capsule names fixed by the DLPack protocol; the "used_" names mark a consumed capsule.
+cdef const char* LEGACY = b"dltensor"
+cdef const char* LEGACY_USED = b"used_dltensor"
+cdef const char* VERSIONED = b"dltensor_versioned"
+cdef const char* VERSIONED_USED = b"used_dltensor_versioned"
+
+_DLPACK_MAX_VERSION = (1, 1)
+
+_DTYPE_FAMILIES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
+
+
+def _describe_dtype(int code, int bits, int lanes):
+    family = _DTYPE_FAMILIES.get(code, f"code{code}-")
+    text = "bool" if code == 6 else f"{family}{bits}"
+    return text if lanes == 1 else f"{text}x{lanes}"
+
+
+cdef DType _to_dtype(DLDataType t, str name) except *:
+    if t.lanes == 1:
+        if t.code == SC_DL_FLOAT:
+            if t.bits == 32:
+                return DType.float32
+            if t.bits == 64:
+                return DType.float64
+            if t.bits == 16:
+                return DType.float16
+        elif t.code == SC_DL_BFLOAT and t.bits == 16:
+            return DType.bfloat16
+    raise TypeError(f"{name}: expected a floating-point array (float32 or float64), "
+                    f"got dtype {_describe_dtype(t.code, t.bits, t.lanes)}")
+
+
+cdef Device _to_device(DLDevice d, str name) except *:
+    cdef Device device
+    if d.device_type == SC_DL_CPU or d.device_type == SC_DL_CUDA_HOST:
+        device.type = DeviceType.cpu
+        device.index = 0
+    elif d.device_type == SC_DL_CUDA or d.device_type == SC_DL_CUDA_MANAGED:
+        device.type = DeviceType.cuda
+        device.index = d.device_id
+    else:
+        raise TypeError(f"{name}: expected an array on the CPU or a CUDA device, "
+                        f"got DLPack device type {d.device_type}")
+    return device
+
+
+cdef class ImportedTensor:
+    def __dealloc__(self):
+        # The capsule was renamed to "used_*", so this object is the only owner left:
+        # the producer's deleter runs here, exactly once.
+        if self.versioned is not NULL:
+            if self.versioned.deleter is not NULL:
+                self.versioned.deleter(self.versioned)
+            self.versioned = NULL
+        if self.legacy is not NULL:
+            if self.legacy.deleter is not NULL:
+                self.legacy.deleter(self.legacy)
+            self.legacy = NULL
+
+    @property
+    def shape(self):
+        return tuple(self.view.shape())
+
+    @property
+    def data_ptr(self):
+        return <uintptr_t>self.view.data()
+
+
+cdef object _export(object obj, str name, bint for_writing):
+    """Calls obj.__dlpack__, preferring a versioned capsule."""
+    try:
+        export = obj.__dlpack__
+    except AttributeError:
+        raise TypeError(f"{name}: expected an array supporting DLPack (numpy.ndarray, torch.Tensor, "
+                        f"cupy.ndarray, ...), got {type(obj).__module__}.{type(obj).__qualname__}") from None
+    try:
+        if for_writing:
+            # copy=False: a producer that would have to copy must refuse instead.
+            return export(max_version=_DLPACK_MAX_VERSION, copy=False)
+        return export(max_version=_DLPACK_MAX_VERSION)
+    except TypeError:
+        # A producer from before DLPack 1.0 knows no keywords: legacy capsule.
+        return export()
+
+
+cdef ImportedTensor import_array(object obj, str name, bint for_writing):
+    """Borrows `obj` through DLPack. `name` is the argument name used in error messages."""
+    capsule = _export(obj, name, for_writing)
+    cdef ImportedTensor t = ImportedTensor.__new__(ImportedTensor)
+    t.name = name
+    cdef DLTensor* dl
+    if PyCapsule_IsValid(capsule, VERSIONED):
+        t.versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, VERSIONED)
+        PyCapsule_SetName(capsule, VERSIONED_USED)
+        if t.versioned.version.major > SC_DLPACK_MAJOR_VERSION:
+            raise BufferError(f"{name}: expected DLPack major version ≤ {SC_DLPACK_MAJOR_VERSION}, "
+                              f"got {t.versioned.version.major}.{t.versioned.version.minor}")
+        t.read_only = (t.versioned.flags & SC_DLPACK_FLAG_READ_ONLY) != 0
+        t.is_copy = (t.versioned.flags & SC_DLPACK_FLAG_IS_COPIED) != 0
+        dl = &t.versioned.dl_tensor
+    elif PyCapsule_IsValid(capsule, LEGACY):
+        t.legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, LEGACY)
+        PyCapsule_SetName(capsule, LEGACY_USED)
+        dl = &t.legacy.dl_tensor
+    else:
+        raise TypeError(f"{name}: __dlpack__ returned {type(capsule).__name__}, "
+                        f"expected an unconsumed 'dltensor' or 'dltensor_versioned' capsule")
+
+    cdef DType dtype = _to_dtype(dl.dtype, name)
+    cdef Device device = _to_device(dl.device, name)
+    cdef vector[int64_t] shape, strides
+    cdef int i
+    for i in range(dl.ndim):
+        shape.push_back(dl.shape[i])
+        if dl.strides is not NULL:
+            strides.push_back(dl.strides[i])
+    t.view = TensorView(<char*>dl.data + dl.byte_offset, dtype, shape, strides, device)
+    return t
+
+
+# ---------------------------------------------------------------------------------------
+# Producer
+# ---------------------------------------------------------------------------------------
+
+cdef struct ExportContext:
+    PyObject* owner      # the DLPackBuffer, kept alive while the consumer holds the tensor
+    int64_t* shape
+    int64_t* strides
+
+
+cdef void _release_context(ExportContext* ctx) noexcept with gil:
+    Py_DECREF(<object>ctx.owner)
+    free(ctx.shape)
+    free(ctx)
+
+
+cdef void _delete_versioned(DLManagedTensorVersioned* self) noexcept with gil:
+    _release_context(<ExportContext*>self.manager_ctx)
+    free(self)
+
+
+cdef void _delete_legacy(DLManagedTensor* self) noexcept with gil:
+    _release_context(<ExportContext*>self.manager_ctx)
+    free(self)
+
+
+cdef void _versioned_capsule_destructor(object capsule) noexcept:
+    # An unconsumed capsule still owns its tensor; a consumed one ("used_...") does not.
+    if PyCapsule_IsValid(capsule, VERSIONED):
+        t = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, VERSIONED)
+        t.deleter(t)
+
+
+cdef void _legacy_capsule_destructor(object capsule) noexcept:
+    if PyCapsule_IsValid(capsule, LEGACY):
+        t = <DLManagedTensor*>PyCapsule_GetPointer(capsule, LEGACY)
+        t.deleter(t)
+
+
+_DTYPE_CODES = {"float32": (2, 32), "float64": (2, 64)}
+
+
+cdef class DLPackBuffer:
+    """A compact row-major CPU array owned by sketchcore, exported through DLPack.
+
+    Any DLPack consumer can take it without a copy: ``numpy.from_dlpack(buf)``,
+    ``torch.from_dlpack(buf)``. The memory lives until the buffer and every exported tensor
+    are released.
+    """
+    cdef void* data
+    cdef vector[int64_t] _shape
+    cdef DLDataType _dtype
+    cdef readonly str dtype
+
+    def __cinit__(self, shape, dtype="float32"):
+        if dtype not in _DTYPE_CODES:
+            raise TypeError(f"dtype: expected one of {sorted(_DTYPE_CODES)}, got {dtype!r}")
+        code, bits = _DTYPE_CODES[dtype]
+        self._dtype.code = code
+        self._dtype.bits = bits
+        self._dtype.lanes = 1
+        self.dtype = dtype
+        cdef size_t count = 1
+        for extent in shape:
+            if extent < 0:
+                raise ValueError(f"shape: expected non-negative extents, got {tuple(shape)}")
+            self._shape.push_back(extent)
+            count *= <size_t>extent
+        cdef size_t nbytes = count * (bits // 8)
+        self.data = malloc(nbytes if nbytes > 0 else 1)
+        if self.data is NULL:
+            raise MemoryError(f"DLPackBuffer: could not allocate {nbytes} bytes")
+        memset(self.data, 0, nbytes)
+
+    def __dealloc__(self):
+        free(self.data)
+
+    @property
+    def shape(self):
+        return tuple(self._shape)
+
+    @property
+    def data_ptr(self):
+        return <uintptr_t>self.data
+
+    def __dlpack_device__(self):
+        return (SC_DL_CPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None:
+            raise BufferError("stream: expected None for a CPU buffer, got " + repr(stream))
+        if dl_device is not None and tuple(dl_device) != (SC_DL_CPU, 0):
+            raise BufferError(f"dl_device: this buffer lives on the CPU (1, 0), got {tuple(dl_device)}")
+        if copy is True:
+            raise BufferError("copy=True is not supported: the buffer is always shared, never copied")
+        cdef int ndim = <int>self._shape.size()
+        cdef ExportContext* ctx = <ExportContext*>malloc(sizeof(ExportContext))
+        if ctx is NULL:
+            raise MemoryError("DLPackBuffer.__dlpack__: out of memory")
+        ctx.shape = <int64_t*>malloc(2 * (ndim if ndim > 0 else 1) * sizeof(int64_t))
+        if ctx.shape is NULL:
+            free(ctx)
+            raise MemoryError("DLPackBuffer.__dlpack__: out of memory")
+        ctx.strides = ctx.shape + ndim
+        cdef int64_t running = 1
+        cdef int i
+        for i in range(ndim - 1, -1, -1):
+            ctx.shape[i] = self._shape[i]
+            ctx.strides[i] = running
+            running *= self._shape[i] if self._shape[i] > 0 else 1
+        Py_INCREF(self)
+        ctx.owner = <PyObject*>self
+
+        cdef DLTensor* dl
+        cdef DLManagedTensorVersioned* v
+        cdef DLManagedTensor* legacy
+        if max_version is not None and max_version[0] >= 1:
+            v = <DLManagedTensorVersioned*>malloc(sizeof(DLManagedTensorVersioned))
+            if v is NULL:
+                _release_context(ctx)
+                raise MemoryError("DLPackBuffer.__dlpack__: out of memory")
+            v.version.major = SC_DLPACK_MAJOR_VERSION
+            v.version.minor = SC_DLPACK_MINOR_VERSION
+            v.manager_ctx = ctx
+            v.deleter = _delete_versioned
+            v.flags = 0
+            dl = &v.dl_tensor
+            capsule = PyCapsule_New(v, VERSIONED, _versioned_capsule_destructor)
+        else:
+            legacy = <DLManagedTensor*>malloc(sizeof(DLManagedTensor))
+            if legacy is NULL:
+                _release_context(ctx)
+                raise MemoryError("DLPackBuffer.__dlpack__: out of memory")
+            legacy.manager_ctx = ctx
+            legacy.deleter = _delete_legacy
+            dl = &legacy.dl_tensor
+            capsule = PyCapsule_New(legacy, LEGACY, _legacy_capsule_destructor)
+        dl.data = self.data
+        dl.device.device_type = SC_DL_CPU
+        dl.device.device_id = 0
+        dl.ndim = ndim
+        dl.dtype = self._dtype
+        dl.shape = ctx.shape
+        dl.strides = ctx.strides
+        dl.byte_offset = 0
+        return capsule
+
+
+def borrow(obj, name="array", writable=False):
+    """Imports `obj` through DLPack and returns the :class:`ImportedTensor` (for testing)."""
+    return import_array(obj, name, writable)

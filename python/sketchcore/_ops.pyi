@@ -1,0 +1,23 @@
+from typing import Any, Literal, TypedDict
+
+Activation = Literal["none", "relu", "gelu", "gelu_tanh", "silu"]
+
+class BuildInfo(TypedDict):
+    version: str
+    blas: str
+    cuda: bool
+    cuda_runtime_version: int
+
+def sketched_matmul(
+    x: Any,
+    S: Any,
+    U: Any,
+    *,
+    bias: Any | None = None,
+    activation: Activation | None = "none",
+    scale: float = 1.0,
+    out: Any | None = None,
+) -> Any: ...
+def set_num_threads(num_threads: int) -> None: ...
+def get_num_threads() -> int: ...
+def build_info() -> BuildInfo: ...

@@ -1,0 +1,54 @@
+# Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the
+# exception-free bridge the bindings call through.
+from libc.stdint cimport int64_t
+from libcpp cimport bool as cbool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
+    cdef enum class DType:
+        float16
+        bfloat16
+        float32
+        float64
+
+    cdef enum class DeviceType:
+        cpu
+        cuda
+
+    cdef cppclass Device:
+        DeviceType type
+        int index
+
+    cdef cppclass TensorView:
+        TensorView()
+        TensorView(void* data, DType dtype, vector[int64_t] shape, vector[int64_t] strides, Device device) except +
+        void* data()
+        int ndim()
+        const vector[int64_t]& shape()
+
+    cdef cppclass BuildInfo:
+        string version
+        string blas
+        cbool cuda
+        int cuda_runtime_version
+
+    BuildInfo build_info() except +
+    int get_num_threads()
+
+
+cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
+    cdef enum class ErrorKind:
+        none
+        value
+        type
+        memory
+        runtime
+
+    ErrorKind output_shape(const TensorView& x, const TensorView& S, const TensorView& U,
+                           vector[int64_t]& shape, string& message)
+    ErrorKind sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
+                              const TensorView& out, const TensorView* bias, double scale,
+                              const string& activation, string& message)
+    ErrorKind set_num_threads(int n, string& message)

@@ -1,0 +1,62 @@
+#include "detail/blas.hpp"
+
+#include <cblas.h>
+
+#include <climits>
+#include <string>
+
+#include "detail/check.hpp"
+#include "sketchcore/errors.hpp"
+
+// scipy-openblas32 prefixes every symbol with `scipy_`; other providers use none.
+#ifndef SKETCHCORE_BLAS_PREFIX
+#define SKETCHCORE_BLAS_PREFIX
+#endif
+#define SKETCHCORE_PASTE_IMPL(a, b) a##b
+#define SKETCHCORE_PASTE(a, b) SKETCHCORE_PASTE_IMPL(a, b)
+#define SKETCHCORE_BLAS_FN(name) SKETCHCORE_PASTE(SKETCHCORE_BLAS_PREFIX, name)
+
+namespace sketchcore::detail {
+
+namespace {
+
+int blas_int(std::int64_t value, const char* what) {
+  if (value > INT_MAX) {
+    fail<shape_error>("sketched_matmul", what, "an extent ≤ 2147483647 (32-bit BLAS)", std::to_string(value));
+  }
+  return static_cast<int>(value);
+}
+
+CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasNoTrans; }
+
+}  // namespace
+
+template <>
+void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const BlasMatrix<float>& a,
+                 const BlasMatrix<float>& b, float* c, std::int64_t ldc) {
+  SKETCHCORE_BLAS_FN(cblas_sgemm)(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"),
+                                  blas_int(n, "columns"), blas_int(k, "inner dimension"), alpha, a.data,
+                                  blas_int(a.ld, "leading dimension"), b.data, blas_int(b.ld, "leading dimension"),
+                                  0.0f, c, blas_int(ldc, "leading dimension"));
+}
+
+template <>
+void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const BlasMatrix<double>& a,
+                  const BlasMatrix<double>& b, double* c, std::int64_t ldc) {
+  SKETCHCORE_BLAS_FN(cblas_dgemm)(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"),
+                                  blas_int(n, "columns"), blas_int(k, "inner dimension"), alpha, a.data,
+                                  blas_int(a.ld, "leading dimension"), b.data, blas_int(b.ld, "leading dimension"),
+                                  0.0, c, blas_int(ldc, "leading dimension"));
+}
+
+void blas_set_num_threads(int num_threads) noexcept {
+#if defined(SKETCHCORE_BLAS_IS_OPENBLAS)
+  SKETCHCORE_BLAS_FN(openblas_set_num_threads)(num_threads);
+#else
+  (void)num_threads;  // a generic CBLAS offers no portable thread control
+#endif
+}
+
+const char* blas_provider() noexcept { return SKETCHCORE_BLAS_NAME; }
+
+}  // namespace sketchcore::detail

@@ -1,0 +1,32 @@
+// The CPU backend's only door to CBLAS. Nothing else includes cblas.h, so the provider
+// (scipy-openblas32 with its `scipy_` symbol prefix, a system OpenBLAS, any CBLAS) is a
+// detail of cpu/blas.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace sketchcore::detail {
+
+/// A read-only matrix operand as CBLAS sees it in row-major order. `transposed` means the
+/// memory holds the matrix column by column (its transpose is row-major with leading
+/// dimension `ld`).
+template <class T>
+struct BlasMatrix {
+  const T* data;
+  bool transposed;
+  std::int64_t ld;
+};
+
+/// C (m×n, row-major, leading dimension ldc) = alpha · A (m×k) · B (k×n). Requires
+/// m, n, k ≥ 1; throws shape_error if an extent exceeds the 32-bit BLAS index range.
+template <class T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const BlasMatrix<T>& a,
+          const BlasMatrix<T>& b, T* c, std::int64_t ldc);
+
+/// Sets the BLAS library's thread count where the provider allows it (OpenBLAS).
+void blas_set_num_threads(int num_threads) noexcept;
+
+/// Name of the CBLAS provider this library was built against.
+const char* blas_provider() noexcept;
+
+}  // namespace sketchcore::detail

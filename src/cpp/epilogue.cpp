@@ -1,0 +1,36 @@
+#include "sketchcore/epilogue.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "detail/check.hpp"
+
+namespace sketchcore {
+
+namespace {
+constexpr Activation kAllActivations[] = {Activation::none, Activation::relu, Activation::gelu,
+                                          Activation::gelu_tanh, Activation::silu};
+}
+
+const char* activation_name(Activation activation) noexcept {
+  switch (activation) {
+    case Activation::none: return "none";
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+  }
+  return "unknown";
+}
+
+Activation parse_activation(std::string_view name) {
+  std::string accepted;
+  for (Activation a : kAllActivations) {
+    if (name == activation_name(a)) return a;
+    accepted += accepted.empty() ? "one of " : ", ";
+    accepted += std::string("'") + activation_name(a) + "'";
+  }
+  detail::fail<std::invalid_argument>("sketched_matmul", "activation", accepted, "'" + std::string(name) + "'");
+}
+
+}  // namespace sketchcore

@@ -1,0 +1,39 @@
+/// @file errors.hpp
+/// @brief Exception types thrown by the sketchcore API.
+///
+/// Every exception derives from a standard one, so generic handlers keep working; the
+/// Python bindings map them to ValueError (shape_error and other std::invalid_argument),
+/// TypeError (dtype_error, device_error), MemoryError (std::bad_alloc) and RuntimeError.
+/// Messages name the operation, the argument, the expected and the actual value.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "sketchcore/export.hpp"
+
+namespace sketchcore {
+
+/// An argument has the wrong number of dimensions, a mismatching extent, or a layout that
+/// the operation cannot use (for example an output that overlaps an input).
+class SKETCHCORE_API shape_error : public std::invalid_argument {
+ public:
+  /// Creates the error with a complete, human-readable message.
+  explicit shape_error(const std::string& message);
+};
+
+/// An argument has an unsupported element type, or the arguments' element types differ.
+class SKETCHCORE_API dtype_error : public std::invalid_argument {
+ public:
+  /// Creates the error with a complete, human-readable message.
+  explicit dtype_error(const std::string& message);
+};
+
+/// An argument lives on an unsupported device, or the arguments live on different devices.
+class SKETCHCORE_API device_error : public std::invalid_argument {
+ public:
+  /// Creates the error with a complete, human-readable message.
+  explicit device_error(const std::string& message);
+};
+
+}  // namespace sketchcore

@@ -1,0 +1,30 @@
+/// @file runtime.hpp
+/// @brief Process-wide runtime settings (CPU threads) and build information.
+#pragma once
+
+#include <string>
+
+#include "sketchcore/export.hpp"
+
+namespace sketchcore {
+
+/// Sets how many CPU threads sketchcore's own loops and its BLAS may use (≥ 1).
+/// The default is the number of hardware threads, or $SKETCHCORE_NUM_THREADS if set.
+/// @throws std::invalid_argument if `num_threads` < 1
+SKETCHCORE_API void set_num_threads(int num_threads);
+
+/// Returns the CPU thread count in effect.
+SKETCHCORE_API int get_num_threads() noexcept;
+
+/// Describes how this libsketchcore was built.
+struct BuildInfo {
+  std::string version;       ///< library version, e.g. "0.1.0"
+  std::string blas;          ///< CBLAS provider chosen at build time
+  bool cuda = false;         ///< whether the CUDA backend was compiled in
+  int cuda_runtime_version = 0;  ///< CUDA runtime version (e.g. 13000), 0 without CUDA
+};
+
+/// Returns how this library was built.
+SKETCHCORE_API BuildInfo build_info();
+
+}  // namespace sketchcore

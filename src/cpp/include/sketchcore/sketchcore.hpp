@@ -1,0 +1,11 @@
+/// @file sketchcore.hpp
+/// @brief Umbrella header: everything a C++ application needs from sketchcore.
+#pragma once
+
+#include "sketchcore/epilogue.hpp"
+#include "sketchcore/errors.hpp"
+#include "sketchcore/export.hpp"
+#include "sketchcore/runtime.hpp"
+#include "sketchcore/sketched_matmul.hpp"
+#include "sketchcore/tensor.hpp"
+#include "sketchcore/version.hpp"

@@ -1,0 +1,47 @@
+/// @file sketched_matmul.hpp
+/// @brief The sketched GEMM: y = act(scale · Σ_t (x·S_t)·U_t + bias).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sketchcore/epilogue.hpp"
+#include "sketchcore/export.hpp"
+#include "sketchcore/tensor.hpp"
+
+namespace sketchcore {
+
+/// Checks the operands of sketched_matmul and returns the shape of its result,
+/// `x.shape[:-1] + (d_out,)`.
+///
+/// Accepted operands: `x` of shape (..., d_in) with at least one dimension, and either
+/// `S` (d_in, k) with `U` (k, d_out), or `S` (T, d_in, k) with `U` (T, k, d_out); all of the
+/// same dtype (float32 or float64) on the same device.
+/// @throws shape_error  for a wrong number of dimensions or a mismatching extent
+/// @throws dtype_error  for an unsupported or mismatching element type
+/// @throws device_error for operands on different devices
+SKETCHCORE_API std::vector<std::int64_t> sketched_matmul_output_shape(const TensorView& x,
+                                                                      const TensorView& S,
+                                                                      const TensorView& U);
+
+/// Computes `out = act(scale · Σ_t (x·S_t)·U_t + bias)` as one pair of GEMMs:
+/// `Σ_t (x·S_t)·U_t = x · [S_1 … S_T] · [U_1; …; U_T]` (inner width r = T·k).
+///
+/// Layouts: any strides are accepted. Matrices whose rows (or columns) have unit stride
+/// and whose leading dimensions of `x`/`out` collapse into one row stride are used in
+/// place; other layouts are packed into a temporary first (one extra pass over that
+/// operand). `S` with T > 1 is always packed into [S_1 … S_T] (d_in × r, small).
+///
+/// `out` must have shape sketched_matmul_output_shape(x, S, U), the operands' dtype and
+/// device, no two elements at the same address, and must not overlap any input.
+/// A zero-size batch or d_out = 0 writes nothing; k = 0, T = 0 or d_in = 0 gives
+/// `out = act(bias)` (an empty sum).
+///
+/// Thread safety: concurrent calls are safe as long as their outputs do not overlap.
+/// @throws shape_error, dtype_error, device_error as sketched_matmul_output_shape, and for
+///         a wrong `out` or `epilogue.bias`
+/// @throws std::invalid_argument for a non-finite `epilogue.scale`
+SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
+                                    const TensorView& out, const Epilogue& epilogue = {});
+
+}  // namespace sketchcore

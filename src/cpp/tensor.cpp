@@ -1,0 +1,102 @@
+#include "sketchcore/tensor.hpp"
+
+#include <utility>
+
+#include "detail/check.hpp"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore {
+
+const char* dtype_name(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    case DType::float32: return "float32";
+    case DType::float64: return "float64";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::float16:
+    case DType::bfloat16: return 2;
+    case DType::float32: return 4;
+    case DType::float64: return 8;
+  }
+  return 0;
+}
+
+std::string device_name(const Device& device) {
+  if (device.type == DeviceType::cpu) return "cpu";
+  return "cuda:" + std::to_string(device.index);
+}
+
+std::string shape_to_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+TensorView::TensorView(void* data, DType dtype, std::vector<std::int64_t> shape,
+                       std::vector<std::int64_t> strides, Device device)
+    : data_(data), dtype_(dtype), device_(device), shape_(std::move(shape)), strides_(std::move(strides)) {
+  for (std::int64_t extent : shape_) {
+    if (extent < 0) {
+      detail::fail<shape_error>("TensorView", "shape", "non-negative extents", shape_to_string(shape_));
+    }
+  }
+  if (strides_.empty()) {
+    strides_.resize(shape_.size());
+    std::int64_t running = 1;
+    for (std::size_t i = shape_.size(); i-- > 0;) {
+      strides_[i] = running;
+      running *= shape_[i] > 0 ? shape_[i] : 1;
+    }
+  } else if (strides_.size() != shape_.size()) {
+    detail::fail<shape_error>("TensorView", "strides", std::to_string(shape_.size()) + " strides (one per dimension)",
+                              std::to_string(strides_.size()));
+  }
+}
+
+std::int64_t TensorView::size(int dim) const {
+  const int n = ndim();
+  const int d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n) {
+    detail::fail<shape_error>("TensorView::size", "dim", "a dimension in [-" + std::to_string(n) + ", " +
+                              std::to_string(n) + ")", std::to_string(dim));
+  }
+  return shape_[static_cast<std::size_t>(d)];
+}
+
+std::int64_t TensorView::stride(int dim) const {
+  const int n = ndim();
+  const int d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n) {
+    detail::fail<shape_error>("TensorView::stride", "dim", "a dimension in [-" + std::to_string(n) + ", " +
+                              std::to_string(n) + ")", std::to_string(dim));
+  }
+  return strides_[static_cast<std::size_t>(d)];
+}
+
+std::int64_t TensorView::numel() const noexcept {
+  std::int64_t n = 1;
+  for (std::int64_t extent : shape_) n *= extent;
+  return n;
+}
+
+bool TensorView::is_contiguous() const noexcept {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 0) return true;
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+}  // namespace sketchcore
