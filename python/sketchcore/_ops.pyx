@@ -2,6 +2,7 @@
 """Bindings of the sketchcore operations. Arguments arrive through DLPack (no copy); the
 C++ core runs with the GIL released; C++ errors come back as Python exceptions."""
 import sys
+from numbers import Real
 
 from libc.stdint cimport int64_t
 from libcpp.string cimport string
@@ -25,8 +26,9 @@ cdef int _raise(ErrorKind kind, const string& message) except -1:
     raise RuntimeError(text)
 
 
-def _empty_like(x, shape):
-    """An uninitialised array of `x`'s framework, dtype and device (allocated once)."""
+def _empty_like(x, shape, str dtype):
+    """An uninitialised array of `x`'s framework, dtype and device (allocated once).
+    `dtype` is the element type DLPack reported for `x` (used where `x` has no dtype)."""
     np = sys.modules.get("numpy")
     if np is not None and type(x) is np.ndarray:
         return np.empty(shape, dtype=x.dtype)
@@ -40,11 +42,7 @@ def _empty_like(x, shape):
         return namespace().empty(shape, dtype=x.dtype, device=x.device)
     # Any other DLPack producer: memory owned by sketchcore, handed out as a NumPy array.
     import numpy
-    return numpy.from_dlpack(DLPackBuffer(shape, str(numpy.dtype(_dtype_name_of(x)))))
-
-
-def _dtype_name_of(x):
-    return str(getattr(x, "dtype", "float32")).replace("torch.", "")
+    return numpy.from_dlpack(DLPackBuffer(shape, dtype))
 
 
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=None):
@@ -68,7 +66,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
         ``"gelu"`` is the exact (erf) form, ``"gelu_tanh"`` the tanh approximation.
         ``None`` means ``"none"``.
     scale : float
-        Multiplies the product (a finite real number).
+        Multiplies the product (a finite real number), applied in the arrays' dtype (a
+        float32 call rounds it to float32).
     out : array, shape (..., d_out), optional
         Written in place (no copy) and returned. Must be writable, of the same dtype and
         device, and must not overlap any input.
@@ -99,10 +98,9 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
         activation = "none"
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    try:
-        scale_value = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: expected a real number, got {type(scale).__name__}") from None
+    if not isinstance(scale, Real):  # refuse strings and arrays that float() would accept
+        raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
+    cdef double scale_value = scale
 
     cdef ImportedTensor xt = import_array(x, "x", False)
     cdef ImportedTensor st = import_array(S, "S", False)
@@ -121,7 +119,7 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
 
     cdef ImportedTensor ot
     if out is None:
-        out = _empty_like(x, tuple(shape))
+        out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
         ot = import_array(out, "out", True)
     else:
         ot = import_array(out, "out", True)

@@ -25,6 +25,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         TensorView()
         TensorView(void* data, DType dtype, vector[int64_t] shape, vector[int64_t] strides, Device device) except +
         void* data()
+        DType dtype()
         int ndim()
         const vector[int64_t]& shape()
 
@@ -34,6 +35,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         cbool cuda
         int cuda_runtime_version
 
+    const char* dtype_name(DType dtype)
     BuildInfo build_info() except +
     int get_num_threads()
 

@@ -28,9 +28,9 @@ inline double activate(double z, sketchcore::Activation a) {
   switch (a) {
     case Activation::none: return z;
     case Activation::relu: return z < 0 ? 0 : z;
-    case Activation::gelu: return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+    case Activation::gelu: return 0.5 * z * std::erfc(-z / std::sqrt(2.0));
     case Activation::gelu_tanh:
-      return 0.5 * z * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+      return z / (1 + std::exp(-2 * std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
     case Activation::silu: return z / (1 + std::exp(-z));
   }
   return z;

@@ -15,15 +15,15 @@ struct Relu {
   // `z < 0 ? 0 : z` (not max) so that NaN propagates like np.maximum.
   template <class T> T operator()(T z) const { return z < T(0) ? T(0) : z; }
 };
+// Both GELU forms avoid `1 + erf(·)` / `1 + tanh(·)`, which cancel catastrophically for
+// negative z: ½·z·(1 + erf(z/√2)) = ½·z·erfc(−z/√2) and ½·(1 + tanh(u)) = σ(2u).
 struct GeluErf {
-  template <class T> T operator()(T z) const {
-    return T(0.5) * z * (T(1) + std::erf(z * T(0.70710678118654752440)));
-  }
+  template <class T> T operator()(T z) const { return T(0.5) * z * std::erfc(z * T(-0.70710678118654752440)); }
 };
 struct GeluTanh {
   template <class T> T operator()(T z) const {
-    const T inner = T(0.79788456080286535588) * (z + T(0.044715) * z * z * z);
-    return T(0.5) * z * (T(1) + std::tanh(inner));
+    const T u = T(0.79788456080286535588) * (z + T(0.044715) * z * z * z);
+    return z / (T(1) + std::exp(T(-2) * u));
   }
 };
 struct Silu {

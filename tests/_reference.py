@@ -1,0 +1,65 @@
+"""Float64 reference of sketched_matmul and the comparison helpers the tests share."""
+import math
+
+import numpy as np
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def activate(z, name):
+    if name == "none":
+        return z
+    if name == "relu":
+        return np.where(z < 0, 0.0, z)
+    if name == "gelu":
+        return 0.5 * z * _erfc(-z / math.sqrt(2.0))  # = ½z(1 + erf(z/√2)) without cancellation
+    if name == "gelu_tanh":
+        u = math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)
+        with np.errstate(over="ignore"):
+            return z / (1.0 + np.exp(-2.0 * u))  # = ½z(1 + tanh(u)) without cancellation
+    if name == "silu":
+        with np.errstate(over="ignore"):
+            return z / (1.0 + np.exp(-z))
+    raise AssertionError(name)
+
+
+def reference(x, S, U, bias=None, activation="none", scale=1.0):
+    """act(scale * sum_t (x @ S[t]) @ U[t] + bias) in float64, term by term."""
+    x = np.asarray(x, dtype=np.float64)
+    S = np.asarray(S, dtype=np.float64)
+    U = np.asarray(U, dtype=np.float64)
+    if S.ndim == 2:
+        S, U = S[None], U[None]
+    z = np.zeros(x.shape[:-1] + (U.shape[-1],))
+    for t in range(S.shape[0]):
+        z += (x @ S[t]) @ U[t]
+    z = scale * z
+    if bias is not None:
+        z = z + np.asarray(bias, dtype=np.float64)
+    return activate(z, activation)
+
+
+def relative_error(y, ref):
+    y = np.asarray(y, dtype=np.float64)
+    den = np.linalg.norm(ref)
+    num = np.linalg.norm(y - ref)
+    return num / den if den > 0 else num
+
+
+def assert_close(y, ref, dtype):
+    err = relative_error(y, ref)
+    assert err <= TOLERANCE[np.dtype(dtype)], f"relative error {err:.3g} for {np.dtype(dtype)}"
+
+
+def random_problem(rng, lead, d_in, k, d_out, terms=None, dtype=np.float32, bias=True):
+    """x (*lead, d_in), S, U (2-D when terms is None) and bias, scaled to keep values O(1)."""
+    x = rng.standard_normal((*lead, d_in)).astype(dtype)
+    s_shape = (d_in, k) if terms is None else (terms, d_in, k)
+    u_shape = (k, d_out) if terms is None else (terms, k, d_out)
+    S = (rng.standard_normal(s_shape) / math.sqrt(max(d_in, 1))).astype(dtype)
+    U = (rng.standard_normal(u_shape) / math.sqrt(max(k, 1))).astype(dtype)
+    b = rng.standard_normal(d_out).astype(dtype) if bias else None
+    return x, S, U, b

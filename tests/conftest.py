@@ -1,0 +1,21 @@
+import secrets
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random data for every test; the seed is reported if the test fails."""
+    seed = secrets.randbits(63)
+    request.node._sketchcore_seed = seed
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seed = getattr(item, "_sketchcore_seed", None)
+    if report.failed and seed is not None:
+        report.sections.append(("random seed", f"rng fixture seed: {seed}"))

@@ -1,0 +1,53 @@
+"""The main job: `python -m sketchcore` prints a benchmark table with accurate results."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+import sketchcore
+from sketchcore import cli
+
+
+def table_rows(text):
+    return [line for line in text.splitlines() if re.match(r"^\s*\d+ × ", line)]
+
+
+def test_quick_run_prints_a_row_per_shape_with_small_errors(capsys):
+    assert cli.main(["--quick", "--repeats", "2", "--budget", "0.01"]) == 0
+    text = capsys.readouterr().out
+    rows = table_rows(text)
+    assert len(rows) == len(cli.QUICK_SHAPES)
+    for row in rows:
+        cells = [c.strip() for c in row.split("|")]
+        times = [float(c.split()[0]) for c in (cells[1], cells[2], cells[4])]
+        assert all(t > 0 for t in times)
+        # Times print with 0.005 ms rounding, the speedup with 0.005: it must fit those bounds.
+        low, high = (times[1] - 0.005) / (times[0] + 0.005), (times[1] + 0.005) / max(times[0] - 0.005, 1e-9)
+        assert low - 0.005 <= float(cells[3].rstrip("×")) <= high + 0.005
+        assert float(cells[6]) < 1e-5 and float(cells[7]) < 1e-5
+    assert "[1/2]" in text and "[2/2]" in text
+
+
+def test_thread_option_is_applied():
+    before = sketchcore.get_num_threads()
+    try:
+        cli.main(["--quick", "--repeats", "1", "--budget", "0", "--threads", "1"])
+        assert sketchcore.get_num_threads() == 1
+    finally:
+        sketchcore.set_num_threads(before)
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--threads", "0"], ["--nonsense"]])
+def test_bad_arguments_exit_with_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs():
+    done = subprocess.run([sys.executable, "-m", "sketchcore", "--quick", "--repeats", "1", "--budget", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(table_rows(done.stdout)) == len(cli.QUICK_SHAPES)
