@@ -63,25 +63,23 @@ TensorView::TensorView(void* data, DType dtype, std::vector<std::int64_t> shape,
   }
 }
 
-std::int64_t TensorView::size(int dim) const {
-  const int n = ndim();
-  const int d = dim < 0 ? dim + n : dim;
-  if (d < 0 || d >= n) {
-    detail::fail<shape_error>("TensorView::size", "dim", "a dimension in [-" + std::to_string(n) + ", " +
-                              std::to_string(n) + ")", std::to_string(dim));
+namespace {
+
+/// Index of dimension `dim` (negative counts from the end) of an `ndim`-dimensional view.
+std::size_t checked_dim(int dim, int ndim, const char* op) {
+  const int d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= ndim) {
+    detail::fail<shape_error>(op, "dim", "a dimension in [-" + std::to_string(ndim) + ", " + std::to_string(ndim) + ")",
+                              std::to_string(dim));
   }
-  return shape_[static_cast<std::size_t>(d)];
+  return static_cast<std::size_t>(d);
 }
 
-std::int64_t TensorView::stride(int dim) const {
-  const int n = ndim();
-  const int d = dim < 0 ? dim + n : dim;
-  if (d < 0 || d >= n) {
-    detail::fail<shape_error>("TensorView::stride", "dim", "a dimension in [-" + std::to_string(n) + ", " +
-                              std::to_string(n) + ")", std::to_string(dim));
-  }
-  return strides_[static_cast<std::size_t>(d)];
-}
+}  // namespace
+
+std::int64_t TensorView::size(int dim) const { return shape_[checked_dim(dim, ndim(), "TensorView::size")]; }
+
+std::int64_t TensorView::stride(int dim) const { return strides_[checked_dim(dim, ndim(), "TensorView::stride")]; }
 
 std::int64_t TensorView::numel() const noexcept {
   std::int64_t n = 1;
