@@ -79,4 +79,4 @@ def test_paired_sketchcore_vs_numpy(problem, paired):
     """The issue's target at the headline shape, and the same comparison at the others."""
     shape, x, S, U, S_packed, U_packed, _ = problem
     paired(group_name(shape), "sketchcore", "numpy (x@S)@U", lambda: sketchcore.sketched_matmul(x, S, U),
-           lambda: (x @ S_packed) @ U_packed, pairs=21)
+           lambda: (x @ S_packed) @ U_packed, pairs=31)
