@@ -21,6 +21,7 @@ def test_quick_run_prints_a_row_per_shape_with_small_errors(capsys):
     for row in rows:
         cells = [c.strip() for c in row.split("|")]
         times = [float(c.split()[0]) for c in (cells[1], cells[2], cells[4])]
+        assert re.fullmatch(r"[\d.]+ ms ±\s*\d+%", cells[1])
         assert all(t > 0 for t in times)
         # Times print with 0.005 ms rounding, the speedup with 0.005: it must fit those bounds.
         low, high = (times[1] - 0.005) / (times[0] + 0.005), (times[1] + 0.005) / max(times[0] - 0.005, 1e-9)

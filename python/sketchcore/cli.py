@@ -40,7 +40,11 @@ class Row:
 
 def median_time(fn, repeats: int, budget_s: float) -> tuple[float, float]:
     """Median and (max - min) of up to `repeats` timed calls after one warm-up call,
-    stopping early once `budget_s` seconds have been spent (at least 3 calls)."""
+    stopping early once `budget_s` seconds have been spent (at least 3 calls).
+
+    A short pause comes first: NumPy and sketchcore each have an OpenBLAS thread pool whose
+    threads keep spinning for a moment after a call, and would slow the other one down."""
+    time.sleep(0.2)
     fn()
     times: list[float] = []
     start = time.perf_counter()
@@ -66,8 +70,8 @@ def run_shape(shape, repeats: int, budget_s: float, rng: np.random.Generator) ->
     S_packed = np.ascontiguousarray(S.transpose(1, 0, 2).reshape(d_in, terms * k))
     U_packed = U.reshape(terms * k, d_out)
 
-    out = np.empty((batch, d_out), dtype=np.float32)
-    sc_s, sc_spread = median_time(lambda: sketchcore.sketched_matmul(x, S, U, out=out), repeats, budget_s)
+    # Both sides allocate their result, as a user's call would.
+    sc_s, sc_spread = median_time(lambda: sketchcore.sketched_matmul(x, S, U), repeats, budget_s)
     np_s, _ = median_time(lambda: (x @ S_packed) @ U_packed, repeats, budget_s)
     dense_s, _ = median_time(lambda: x @ W, repeats, budget_s)
 
@@ -78,7 +82,7 @@ def run_shape(shape, repeats: int, budget_s: float, rng: np.random.Generator) ->
 
 
 def format_table(rows: list[Row]) -> str:
-    header = ("batch × d_in → d_out  T×k ", "sketchcore", "NumPy (x@S)@U", "speedup",
+    header = ("batch × d_in → d_out  T×k ", "sketchcore (spread)", "NumPy (x@S)@U", "speedup",
               "NumPy x@W", "speedup", "rel.err sc", "rel.err NumPy")
     lines = [" | ".join(header)]
     lines.append("-" * len(lines[0]))
@@ -86,7 +90,7 @@ def format_table(rows: list[Row]) -> str:
         b, di, do, t, k = r.shape
         lines.append(" | ".join((
             f"{b:>5} × {di:>4} → {do:>4}  {t}×{k:<3}".ljust(len(header[0])),
-            f"{r.sketchcore_s * 1e3:8.2f} ms".rjust(len(header[1])),
+            f"{r.sketchcore_s * 1e3:8.2f} ms ±{50 * r.sketchcore_spread / r.sketchcore_s:3.0f}%".rjust(len(header[1])),
             f"{r.numpy_sketch_s * 1e3:8.2f} ms".rjust(len(header[2])),
             f"{r.numpy_sketch_s / r.sketchcore_s:6.2f}×".rjust(len(header[3])),
             f"{r.numpy_dense_s * 1e3:8.2f} ms".rjust(len(header[4])),
@@ -129,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"done in {time.perf_counter() - t0:.1f} s", flush=True)
     print()
     print(format_table(rows))
-    print("\nTimes are medians (float32); speedup = baseline time / sketchcore time; "
-          "rel.err = ‖y − y₆₄‖/‖y₆₄‖ against a float64 reference.")
+    print("\nTimes are medians (float32); spread = ±half the range of sketchcore's timed calls; "
+          "speedup = baseline time / sketchcore time; rel.err = ‖y − y₆₄‖/‖y₆₄‖ against a float64 reference.")
     return 0
 
 
