@@ -26,6 +26,7 @@ def _load_openblas() -> None:
 
 _load_openblas()
 
+from sketchcore import memory  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._ops import build_info, get_num_threads, set_num_threads, sketched_matmul  # noqa: E402
 
@@ -46,6 +47,7 @@ __all__ = [
     "build_info",
     "cmake_prefix",
     "get_num_threads",
+    "memory",
     "set_num_threads",
     "sketched_matmul",
     "__version__",

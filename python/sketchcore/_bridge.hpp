@@ -3,7 +3,9 @@
 // GIL released and raise the matching Python exception afterwards.
 #pragma once
 
+#include <cstdint>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,16 +51,24 @@ inline ErrorKind output_shape(const sketchcore::TensorView& x, const sketchcore:
 inline ErrorKind sketched_matmul(const sketchcore::TensorView& x, const sketchcore::TensorView& S,
                                  const sketchcore::TensorView& U, const sketchcore::TensorView& out,
                                  const sketchcore::TensorView* bias, double scale, const std::string& activation,
-                                 std::string& message) noexcept {
+                                 double dropout_p, std::uint64_t seed, std::string& message) noexcept {
   return guarded(
       [&] {
         sketchcore::Epilogue epilogue;
         epilogue.scale = scale;
+        epilogue.dropout_p = dropout_p;
+        epilogue.seed = seed;
         epilogue.activation = sketchcore::parse_activation(activation);
         if (bias) epilogue.bias = *bias;
         sketchcore::sketched_matmul(x, S, U, out, epilogue);
       },
       message);
+}
+
+inline ErrorKind host_pool_set_limit(bool has_limit, std::size_t limit, std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::default_host_pool().set_limit(has_limit ? std::optional<std::size_t>(limit) : std::nullopt);
+  }, message);
 }
 
 inline ErrorKind set_num_threads(int n, std::string& message) noexcept {

@@ -16,6 +16,8 @@ def sketched_matmul(
     bias: Any | None = None,
     activation: Activation | None = "none",
     scale: float = 1.0,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
     out: Any | None = None,
 ) -> Any: ...
 def set_num_threads(num_threads: int) -> None: ...

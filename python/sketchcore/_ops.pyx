@@ -1,10 +1,11 @@
 # cython: language_level=3
 """Bindings of the sketchcore operations. Arguments arrive through DLPack (no copy); the
 C++ core runs with the GIL released; C++ errors come back as Python exceptions."""
+import secrets
 import sys
-from numbers import Real
+from numbers import Integral, Real
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -45,11 +46,12 @@ def _empty_like(x, shape, str dtype):
     return numpy.from_dlpack(DLPackBuffer(shape, dtype))
 
 
-def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=None):
+def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None):
     """Sketched matrix product with a fused epilogue.
 
-    Computes ``activation(scale * sum_t (x @ S[t]) @ U[t] + bias)`` as one pair of GEMMs
-    (``x @ [S_1 ... S_T] @ [U_1; ...; U_T]``), never a loop over the terms.
+    Computes ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias), dropout_p, seed)``
+    as one pair of GEMMs (``x @ [S_1 ... S_T] @ [U_1; ...; U_T]``), never a loop over the
+    terms, with the epilogue applied to each output panel while it is in cache.
 
     Parameters
     ----------
@@ -68,6 +70,14 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
     scale : float
         Multiplies the product (a finite real number), applied in the arrays' dtype (a
         float32 call rounds it to float32).
+    dropout_p : float
+        Inverted dropout after the activation: each element is zeroed with probability
+        ``dropout_p`` and the others are multiplied by ``1 / (1 - dropout_p)``; 0 (default)
+        disables it, 1 zeroes everything.
+    seed : int, optional
+        Dropout seed in [0, 2**64). The mask of output element (row, col) (row counted over
+        all leading dimensions) is a pure function of (seed, row, col) via Philox4x32-10, so
+        it is the same for any thread count; ``None`` draws a fresh seed.
     out : array, shape (..., d_out), optional
         Written in place (no copy) and returned. Must be writable, of the same dtype and
         device, and must not overlap any input.
@@ -90,7 +100,10 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
     ------
     ValueError
         Shapes that do not fit (d_in, k or T mismatch, 2-D S with 3-D U, bias length, out
-        shape), an unknown activation, a non-finite scale, a read-only or overlapping out.
+        shape), an unknown activation, a non-finite scale, dropout_p outside [0, 1], a seed
+        outside [0, 2**64), a read-only or overlapping out.
+    MemoryError
+        The temporaries would exceed the limit set with ``sketchcore.memory.set_limit``.
     TypeError
         Non-arrays, integer/complex/bool or mixed dtypes, arrays on different devices.
     """
@@ -101,6 +114,18 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
     if not isinstance(scale, Real):  # refuse strings and arrays that float() would accept
         raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
     cdef double scale_value = scale
+    if not isinstance(dropout_p, Real):
+        raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
+    cdef double dropout_value = dropout_p
+    cdef uint64_t seed_value = 0
+    if dropout_value != 0.0:
+        if seed is None:
+            seed = secrets.randbits(64)
+        elif not isinstance(seed, Integral):
+            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"sketched_matmul: seed: expected an integer in [0, 2**64), got {seed}")
+        seed_value = seed
 
     cdef ImportedTensor xt = import_array(x, "x", False)
     cdef ImportedTensor st = import_array(S, "S", False)
@@ -131,7 +156,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, out=Non
 
     cdef string act = activation.encode("utf-8")
     with nogil:
-        kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, scale_value, act, message)
+        kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, scale_value, act,
+                                    dropout_value, seed_value, message)
     if kind != ErrorKind.none:
         _raise(kind, message)
     return out

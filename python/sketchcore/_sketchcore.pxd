@@ -1,6 +1,6 @@
 # Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the
 # exception-free bridge the bindings call through.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -39,6 +39,21 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     BuildInfo build_info() except +
     int get_num_threads()
 
+    cdef cppclass MemoryStats:
+        size_t current_bytes
+        size_t peak_bytes
+        size_t reserved_bytes
+        size_t num_allocs
+        size_t num_cache_hits
+        size_t limit_bytes
+
+    cdef cppclass CachingHostPool:
+        MemoryStats stats() except +
+        void reset_peak()
+        void empty_cache()
+
+    CachingHostPool& default_host_pool() except +
+
 
 cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
     cdef enum class ErrorKind:
@@ -52,5 +67,6 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
                            vector[int64_t]& shape, string& message)
     ErrorKind sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
                               const TensorView& out, const TensorView* bias, double scale,
-                              const string& activation, string& message)
+                              const string& activation, double dropout_p, uint64_t seed, string& message)
+    ErrorKind host_pool_set_limit(bint has_limit, size_t limit, string& message)
     ErrorKind set_num_threads(int n, string& message)

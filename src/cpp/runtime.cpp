@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <exception>
 #include <stdexcept>
 #include <thread>
-#include <vector>
 
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
@@ -56,41 +54,6 @@ BuildInfo build_info() {
 namespace detail {
 
 int current_num_threads() noexcept { return get_num_threads(); }
-
-void parallel_for(std::int64_t n, std::int64_t grain,
-                  const std::function<void(std::int64_t, std::int64_t)>& body) {
-  if (n <= 0) return;
-  const std::int64_t max_chunks = std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1));
-  const std::int64_t chunks = std::min<std::int64_t>(current_num_threads(), max_chunks);
-  if (chunks <= 1) {
-    body(0, n);
-    return;
-  }
-  const std::int64_t step = (n + chunks - 1) / chunks;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(chunks));
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<std::size_t>(chunks - 1));
-  for (std::int64_t c = 1; c < chunks; ++c) {
-    const std::int64_t begin = c * step, end = std::min(n, begin + step);
-    if (begin >= end) break;
-    workers.emplace_back([&, c, begin, end] {
-      try {
-        body(begin, end);
-      } catch (...) {
-        errors[static_cast<std::size_t>(c)] = std::current_exception();
-      }
-    });
-  }
-  try {
-    body(0, std::min(n, step));
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (auto& w : workers) w.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 }  // namespace detail
 }  // namespace sketchcore

@@ -105,6 +105,9 @@ void check_output(const TensorView& x, const TensorView& S, const TensorView& U,
     }
     check_same_device_and_dtype(x, bias, "bias");
   }
+  if (!(epilogue.dropout_p >= 0.0 && epilogue.dropout_p <= 1.0)) {
+    detail::fail<std::invalid_argument>(kOp, "dropout_p", "a probability in [0, 1]", std::to_string(epilogue.dropout_p));
+  }
   if (!std::isfinite(epilogue.scale)) {
     detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(epilogue.scale));
   }

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <climits>
+#include <stdexcept>
 #include <string>
 
 #include "detail/check.hpp"
@@ -51,6 +52,49 @@ void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, 
                   const BlasMatrix<double>& b, double* c, std::int64_t ldc) {
   call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc);
 }
+
+#if defined(SKETCHCORE_BLAS_IS_OPENBLAS)
+namespace {
+template <class T, class CblasGemmBatch>
+void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<T>& a,
+                     std::int64_t stride_a, const BlasMatrix<T>& b, std::int64_t stride_b, T* c, std::int64_t ldc,
+                     std::int64_t stride_c, std::int64_t batch) {
+  fn(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"), blas_int(n, "columns"),
+     blas_int(k, "inner dimension"), T(1), a.data, blas_int(a.ld, "leading dimension"), blas_int(stride_a, "stride"),
+     b.data, blas_int(b.ld, "leading dimension"), blas_int(stride_b, "stride"), T(0), c,
+     blas_int(ldc, "leading dimension"), blas_int(stride_c, "stride"), blas_int(batch, "batch"));
+}
+}  // namespace
+
+template <>
+void gemm_batch_strided<float>(std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<float>& a,
+                               std::int64_t stride_a, const BlasMatrix<float>& b, std::int64_t stride_b, float* c,
+                               std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_sgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
+                  stride_c, batch);
+}
+template <>
+void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<double>& a,
+                                std::int64_t stride_a, const BlasMatrix<double>& b, std::int64_t stride_b, double* c,
+                                std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_dgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
+                  stride_c, batch);
+}
+bool blas_has_batched() noexcept { return true; }
+#else
+template <class T>
+void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<T>&, std::int64_t,
+                        const BlasMatrix<T>&, std::int64_t, T*, std::int64_t, std::int64_t, std::int64_t) {
+  throw std::logic_error("gemm_batch_strided needs OpenBLAS");
+}
+template void gemm_batch_strided<float>(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<float>&,
+                                        std::int64_t, const BlasMatrix<float>&, std::int64_t, float*, std::int64_t,
+                                        std::int64_t, std::int64_t);
+template void gemm_batch_strided<double>(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<double>&,
+                                         std::int64_t, const BlasMatrix<double>&, std::int64_t, double*,
+                                         std::int64_t, std::int64_t, std::int64_t);
+bool blas_has_batched() noexcept { return false; }
+#endif
 
 void blas_set_num_threads(int num_threads) noexcept {
 #if defined(SKETCHCORE_BLAS_IS_OPENBLAS)

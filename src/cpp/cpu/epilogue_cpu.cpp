@@ -1,7 +1,9 @@
+#include "detail/epilogue_cpu.hpp"
+
+#include <algorithm>
 #include <cmath>
 
-#include "detail/epilogue_cpu.hpp"
-#include "detail/parallel.hpp"
+#include "detail/philox.hpp"
 
 namespace sketchcore::detail {
 
@@ -31,41 +33,81 @@ struct Silu {
 };
 
 template <class T, class Act>
-void epilogue_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
-                   std::int64_t bias_stride, Act act) {
-  // Below ~64k elements a second thread costs more than it saves.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
-  parallel_for(rows, grain, [=](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t r = begin; r < end; ++r) {
-      T* row = y + r * ld;
-      if (bias) {
-        for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j] + bias[j * bias_stride]);
-      } else {
-        for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j]);
+void bias_activation_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
+                          std::int64_t bias_stride, Act act) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * ld;
+    if (bias) {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j] + bias[j * bias_stride]);
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j]);
+    }
+  }
+}
+
+template <class T>
+void dropout_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
+                  const DropoutPlan& d) {
+  const T keep_scale = static_cast<T>(d.keep_scale);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * ld;
+    if (d.drop_all) {
+      std::fill(row, row + cols, T(0));
+      continue;
+    }
+    const auto global_row = static_cast<std::uint64_t>(first_row + r);
+    for (std::int64_t j0 = 0; j0 < cols; j0 += 4) {
+      const Philox4x32 words = dropout_block(d.seed, global_row, static_cast<std::uint64_t>(j0 / 4));
+      const std::int64_t n = std::min<std::int64_t>(4, cols - j0);
+      for (std::int64_t l = 0; l < n; ++l) {
+        row[j0 + l] = words.v[l] < d.threshold ? T(0) : row[j0 + l] * keep_scale;
       }
     }
-  });
+  }
 }
 
 }  // namespace
 
 template <class T>
-void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
-                    std::int64_t bias_stride, Activation activation) {
-  switch (activation) {
-    case Activation::none:
-      if (bias) epilogue_rows(y, rows, cols, ld, bias, bias_stride, Identity{});
-      return;
-    case Activation::relu: return epilogue_rows(y, rows, cols, ld, bias, bias_stride, Relu{});
-    case Activation::gelu: return epilogue_rows(y, rows, cols, ld, bias, bias_stride, GeluErf{});
-    case Activation::gelu_tanh: return epilogue_rows(y, rows, cols, ld, bias, bias_stride, GeluTanh{});
-    case Activation::silu: return epilogue_rows(y, rows, cols, ld, bias, bias_stride, Silu{});
+EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue) {
+  EpilogueArgs<T> args;
+  if (epilogue.bias) {
+    args.bias = static_cast<const T*>(epilogue.bias->data());
+    args.bias_stride = epilogue.bias->stride(0);
   }
+  args.activation = epilogue.activation;
+  if (epilogue.dropout_p > 0.0) {
+    DropoutPlan& d = args.dropout;
+    d.enabled = true;
+    d.seed = epilogue.seed;
+    const double threshold = std::nearbyint(epilogue.dropout_p * 4294967296.0);
+    d.drop_all = threshold >= 4294967296.0;
+    d.threshold = d.drop_all ? 0xFFFFFFFFu : static_cast<std::uint32_t>(threshold);
+    d.keep_scale = d.drop_all ? 0.0 : 1.0 / (1.0 - epilogue.dropout_p);
+  }
+  return args;
 }
 
-template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
-                                    Activation);
-template void apply_epilogue<double>(double*, std::int64_t, std::int64_t, std::int64_t, const double*,
-                                     std::int64_t, Activation);
+template <class T>
+void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
+                    const EpilogueArgs<T>& a) {
+  switch (a.activation) {
+    case Activation::none:
+      if (a.bias) bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Identity{});
+      break;
+    case Activation::relu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Relu{}); break;
+    case Activation::gelu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, GeluErf{}); break;
+    case Activation::gelu_tanh: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, GeluTanh{}); break;
+    case Activation::silu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Silu{}); break;
+  }
+  if (a.dropout.enabled) dropout_rows(y, rows, cols, ld, first_row, a.dropout);
+}
+
+template EpilogueArgs<float> resolve_epilogue<float>(const Epilogue&);
+template EpilogueArgs<double> resolve_epilogue<double>(const Epilogue&);
+template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                    const EpilogueArgs<float>&);
+template void apply_epilogue<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                     const EpilogueArgs<double>&);
 
 }  // namespace sketchcore::detail

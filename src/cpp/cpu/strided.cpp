@@ -76,35 +76,41 @@ std::int64_t row_grain(std::int64_t cols) {
 }  // namespace
 
 template <class T>
-void gather_rows(const TensorView& view, T* dst) {
+void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst) {
   const std::int64_t cols = view.size(-1), cs = view.stride(-1);
-  parallel_for(count_rows(view), row_grain(cols), [&](std::int64_t begin, std::int64_t end) {
-    for_each_row<T>(view, begin, end, [&](std::int64_t r, const T* row) {
-      T* out = dst + r * cols;
-      if (cs == 1) {
-        std::memcpy(out, row, static_cast<std::size_t>(cols) * sizeof(T));
-      } else {
-        for (std::int64_t j = 0; j < cols; ++j) out[j] = row[j * cs];
-      }
-    });
+  for_each_row<T>(view, begin, end, [&](std::int64_t r, const T* row) {
+    T* out = dst + (r - begin) * cols;
+    if (cs == 1) {
+      std::memcpy(out, row, static_cast<std::size_t>(cols) * sizeof(T));
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = row[j * cs];
+    }
   });
 }
 
 template <class T>
-void scatter_rows(const T* src, const TensorView& view) {
+void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::int64_t begin, std::int64_t end) {
   const std::int64_t cols = view.size(-1), cs = view.stride(-1);
-  parallel_for(count_rows(view), row_grain(cols), [&](std::int64_t begin, std::int64_t end) {
-    for_each_row<T>(view, begin, end, [&](std::int64_t r, T* row) {
-      const T* in = src + r * cols;
-      for (std::int64_t j = 0; j < cols; ++j) row[j * cs] = in[j];
-    });
+  for_each_row<T>(view, begin, end, [&](std::int64_t r, T* row) {
+    const T* in = src + (r - begin) * ld;
+    for (std::int64_t j = 0; j < cols; ++j) row[j * cs] = in[j];
   });
 }
 
-template void gather_rows<float>(const TensorView&, float*);
-template void gather_rows<double>(const TensorView&, double*);
-template void scatter_rows<float>(const float*, const TensorView&);
-template void scatter_rows<double>(const double*, const TensorView&);
+template <class T>
+void pack_rows(const TensorView& view, T* dst) {
+  const std::int64_t cols = view.size(-1);
+  parallel_for(count_rows(view), row_grain(cols), [&](std::int64_t begin, std::int64_t end) {
+    gather_rows<T>(view, begin, end, dst + begin * cols);
+  });
+}
+
+template void gather_rows<float>(const TensorView&, std::int64_t, std::int64_t, float*);
+template void gather_rows<double>(const TensorView&, std::int64_t, std::int64_t, double*);
+template void scatter_rows<float>(const float*, std::int64_t, const TensorView&, std::int64_t, std::int64_t);
+template void scatter_rows<double>(const double*, std::int64_t, const TensorView&, std::int64_t, std::int64_t);
+template void pack_rows<float>(const TensorView&, float*);
+template void pack_rows<double>(const TensorView&, double*);
 
 ByteRange byte_range(const TensorView& view) noexcept {
   if (view.numel() == 0) return {};

@@ -1,4 +1,5 @@
-// The CPU epilogue: y = activation(y + bias[col]) over a row-major block, in place.
+// The CPU epilogue: y = dropout(activation(y + bias[col])) over a row-major block, in
+// place, one pass over each element while the block is still in cache.
 #pragma once
 
 #include <cstdint>
@@ -7,11 +8,36 @@
 
 namespace sketchcore::detail {
 
-/// Applies bias (optional: `bias` may be null; `bias_stride` in elements) and
-/// `activation` to a rows × cols row-major block with leading dimension `ld`, in place.
-/// Does nothing when there is neither bias nor activation. Parallel over rows.
+/// Dropout decided once per call from Epilogue::dropout_p and Epilogue::seed.
+struct DropoutPlan {
+  bool enabled = false;       ///< p > 0
+  bool drop_all = false;      ///< p rounds to 2^32: every element is dropped
+  std::uint64_t seed = 0;
+  std::uint32_t threshold = 0;  ///< dropped ⇔ Philox word < threshold
+  double keep_scale = 1.0;      ///< 1 / (1 − p)
+};
+
+/// Everything the epilogue needs, resolved once per call.
 template <class T>
-void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
-                    std::int64_t bias_stride, Activation activation);
+struct EpilogueArgs {
+  const T* bias = nullptr;  ///< null: no bias
+  std::int64_t bias_stride = 0;
+  Activation activation = Activation::none;
+  DropoutPlan dropout;
+
+  /// False when the epilogue would leave every element as it is.
+  bool active() const noexcept { return bias || activation != Activation::none || dropout.enabled; }
+};
+
+/// Resolves `epilogue` for element type T.
+template <class T>
+EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue);
+
+/// Applies `args` to a rows × cols row-major block with leading dimension `ld`, in place,
+/// on the calling thread. `first_row` is the block's first row in the whole output: the
+/// dropout mask depends on global (row, col), never on how the output is split.
+template <class T>
+void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
+                    const EpilogueArgs<T>& args);
 
 }  // namespace sketchcore::detail

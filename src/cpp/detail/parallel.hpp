@@ -1,6 +1,6 @@
-// A minimal fork-join loop over an index range for sketchcore's own element-wise work.
-// BLAS calls are never made from inside it, so BLAS threads and these threads do not
-// run at the same time (no oversubscription).
+// A fork-join loop over an index range on persistent worker threads (cpu/workers.cpp),
+// for sketchcore's own element-wise work. BLAS is never called from inside a region, so
+// BLAS's threads and these never run at the same time (no oversubscription).
 #pragma once
 
 #include <cstdint>
@@ -16,5 +16,8 @@ void parallel_for(std::int64_t n, std::int64_t grain,
 
 /// Thread count used by parallel_for (the value set by set_num_threads).
 int current_num_threads() noexcept;
+
+/// True on a thread that is running a chunk of a parallel_for region.
+bool inside_parallel_region() noexcept;
 
 }  // namespace sketchcore::detail

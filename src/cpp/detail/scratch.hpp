@@ -1,37 +1,45 @@
-// Temporary buffers of the CPU backend. (The pooled memory resource replaces this with
-// size-classed reuse; every temporary already goes through this one type.)
+// Temporary buffers of the CPU backend, always drawn from host_memory_resource() and
+// returned on scope exit (also when an exception unwinds), so nothing leaks.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
-#include <new>
+#include <utility>
+
+#include "sketchcore/memory.hpp"
 
 namespace sketchcore::detail {
 
-/// An uninitialised, 64-byte aligned array of `count` elements of T, freed on scope exit.
+/// An uninitialised, 64-byte aligned array of T from the host memory resource.
 template <class T>
 class Scratch {
  public:
   Scratch() = default;
   explicit Scratch(std::int64_t count) { allocate(count); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
 
-  /// (Re)allocates room for `count` elements; throws std::bad_alloc on failure.
+  /// (Re)allocates room for `count` elements; throws out_of_memory on failure.
   T* allocate(std::int64_t count) {
-    const std::size_t bytes = ((static_cast<std::size_t>(count) * sizeof(T) + 63) / 64) * 64;
-    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-    if (!p) throw std::bad_alloc();
-    data_.reset(static_cast<T*>(p));
-    return data();
+    release();
+    const std::size_t bytes = static_cast<std::size_t>(count > 0 ? count : 1) * sizeof(T);
+    MemoryResource& resource = host_memory_resource();
+    data_ = static_cast<T*>(resource.allocate(bytes));
+    resource_ = &resource;
+    bytes_ = bytes;
+    return data_;
   }
-  T* data() const noexcept { return data_.get(); }
+  T* data() const noexcept { return data_; }
 
  private:
-  struct Free {
-    void operator()(T* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<T, Free> data_;
+  void release() noexcept {
+    if (data_) resource_->deallocate(data_, bytes_);
+    data_ = nullptr;
+  }
+  MemoryResource* resource_ = nullptr;
+  T* data_ = nullptr;
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace sketchcore::detail

@@ -48,13 +48,18 @@ std::optional<BlasMatrix<T>> blas_operand(const TensorView& view, const RowMatri
   return blas_operand(static_cast<const T*>(view.data()), m.rows, m.cols, *m.row_stride, m.col_stride);
 }
 
-/// Copies `view` (..., cols) into compact row-major `dst` (rows × cols).
+/// Copies rows [begin, end) of `view` (..., cols) into compact row-major `dst`.
 template <class T>
-void gather_rows(const TensorView& view, T* dst);
+void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst);
 
-/// Copies compact row-major `src` (rows × cols) into `view` (..., cols).
+/// Copies a row-major block `src` (end − begin rows, leading dimension ld) into rows
+/// [begin, end) of `view` (..., cols).
 template <class T>
-void scatter_rows(const T* src, const TensorView& view);
+void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::int64_t begin, std::int64_t end);
+
+/// Copies the whole of `view` into compact row-major `dst`, in parallel.
+template <class T>
+void pack_rows(const TensorView& view, T* dst);
 
 /// Byte range [first, last) that the elements of `view` occupy; first == last when empty.
 struct ByteRange {

@@ -2,6 +2,7 @@
 /// @brief The element-wise epilogue applied to a GEMM result: scale, bias, activation.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -26,12 +27,24 @@ SKETCHCORE_API const char* activation_name(Activation activation) noexcept;
 /// @throws std::invalid_argument naming the argument `activation`, the accepted names and `name`
 SKETCHCORE_API Activation parse_activation(std::string_view name);
 
-/// What happens to each element z of `scale · (x·S)·U` before it is stored:
-/// `y = activation(scale · z + bias[column])`.
+/// What happens to each element z of `(x·S)·U` before it is stored:
+/// `y = dropout(activation(scale · z + bias[column]))`.
+///
+/// Dropout is inverted dropout: an element is kept with probability 1 − p and then
+/// multiplied by 1/(1 − p); p = 1 drops everything. The keep decision of output element
+/// (row, col) — row counted over all leading dimensions of the output — is a pure
+/// function of (seed, row, col) drawn from Philox4x32-10:
+///   counter = (col / 4, row mod 2^32, row / 2^32, 0x44524F50 "DROP"),
+///   key = (seed mod 2^32, seed / 2^32), word = output[col mod 4],
+///   dropped ⇔ word < round(p · 2^32).
+/// The mask is therefore the same for any thread count, panel size or device, and a
+/// backward pass regenerates it from the seed instead of storing it.
 struct Epilogue {
   double scale = 1.0;               ///< multiplies the product (folded into the GEMM)
   std::optional<TensorView> bias;   ///< 1-D, length d_out, any stride; none = no bias
-  Activation activation = Activation::none;  ///< applied last
+  Activation activation = Activation::none;  ///< applied after scale and bias
+  double dropout_p = 0.0;           ///< probability of dropping an element, in [0, 1]
+  std::uint64_t seed = 0;           ///< dropout seed
 };
 
 }  // namespace sketchcore

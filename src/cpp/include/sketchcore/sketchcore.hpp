@@ -5,6 +5,7 @@
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/errors.hpp"
 #include "sketchcore/export.hpp"
+#include "sketchcore/memory.hpp"
 #include "sketchcore/runtime.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"

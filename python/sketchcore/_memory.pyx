@@ -1,0 +1,39 @@
+# cython: language_level=3
+"""Bindings of the default host memory pool (see sketchcore.memory)."""
+from libcpp.string cimport string
+
+from sketchcore cimport _sketchcore as core
+from sketchcore._sketchcore cimport ErrorKind, MemoryStats
+
+
+def stats():
+    cdef MemoryStats s = core.default_host_pool().stats()
+    return {
+        "current_bytes": s.current_bytes,
+        "peak_bytes": s.peak_bytes,
+        "reserved_bytes": s.reserved_bytes,
+        "num_allocs": s.num_allocs,
+        "num_cache_hits": s.num_cache_hits,
+        "limit_bytes": s.limit_bytes if s.limit_bytes else None,
+    }
+
+
+def reset_peak():
+    core.default_host_pool().reset_peak()
+
+
+def empty_cache():
+    core.default_host_pool().empty_cache()
+
+
+def set_limit(nbytes):
+    cdef string message
+    if nbytes is None:
+        core.host_pool_set_limit(False, 0, message)
+        return
+    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
+        raise TypeError(f"nbytes: expected an int or None, got {type(nbytes).__name__}")
+    nbytes = nbytes.__index__()
+    if nbytes <= 0:
+        raise ValueError(f"set_limit: nbytes: expected a positive number of bytes or None, got {nbytes}")
+    core.host_pool_set_limit(True, nbytes, message)

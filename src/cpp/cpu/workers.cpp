@@ -1,0 +1,149 @@
+// parallel_for on persistent worker threads.
+//
+// Workers are created on first use (up to get_num_threads() - 1) and then sleep on a
+// condition variable between regions, so a parallel region costs a wake-up, not a thread
+// creation. One region runs at a time: a call that finds the workers busy (another
+// Python thread, or a nested call from inside a region) runs its loop on its own thread,
+// so the process never has more busy threads than cores. After fork() the child starts
+// with fresh, not yet created workers.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "detail/parallel.hpp"
+
+namespace sketchcore::detail {
+
+namespace {
+
+thread_local bool t_inside_region = false;
+
+class Workers {
+ public:
+  /// Runs body on chunks [c·step, min(n, (c+1)·step)) for c in [0, chunks), the caller
+  /// taking part. Returns false (running nothing) if another region holds the workers.
+  bool run(std::int64_t n, std::int64_t chunks, std::int64_t step,
+           const std::function<void(std::int64_t, std::int64_t)>& body) {
+    std::unique_lock<std::mutex> region(region_mutex_, std::try_to_lock);
+    if (!region.owns_lock()) return false;
+    ensure_workers(static_cast<int>(chunks) - 1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      body_ = &body;
+      n_ = n;
+      step_ = step;
+      chunks_ = chunks;
+      next_chunk_.store(0);
+      pending_ = chunks;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    work();  // the caller takes chunks too
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    body_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
+ private:
+  void ensure_workers(int wanted) {
+    while (static_cast<int>(threads_.size()) < wanted) {
+      threads_.emplace_back([this] { loop(); });
+      threads_.back().detach();  // parked on wake_ between regions; never joined
+    }
+  }
+
+  void loop() {
+    t_inside_region = true;
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+      }
+      work();
+    }
+  }
+
+  void work() {
+    for (;;) {
+      const std::int64_t c = next_chunk_.fetch_add(1);
+      if (c >= chunks_) return;
+      const std::int64_t begin = c * step_, end = std::min(n_, begin + step_);
+      std::exception_ptr error;
+      if (begin < end) {
+        try {
+          (*body_)(begin, end);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (error && !error_) error_ = error;
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex region_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> threads_;
+  const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
+  std::int64_t n_ = 0, step_ = 0, chunks_ = 0, pending_ = 0;
+  std::atomic<std::int64_t> next_chunk_{0};
+  std::uint64_t generation_ = 0;
+  std::exception_ptr error_;
+};
+
+Workers& workers() {
+  // Leaked on purpose (detached threads use it until the process ends); replaced in a
+  // forked child, whose copy of the parent's workers has no threads behind it.
+  static std::atomic<Workers*> instance{nullptr};
+  static std::atomic<pid_t> owner{0};
+  static std::mutex creation;
+  const pid_t pid = getpid();
+  Workers* w = instance.load(std::memory_order_acquire);
+  if (w == nullptr || owner.load() != pid) {
+    std::lock_guard<std::mutex> lock(creation);
+    w = instance.load();
+    if (w == nullptr || owner.load() != pid) {
+      w = new Workers();
+      instance.store(w, std::memory_order_release);
+      owner.store(pid);
+    }
+  }
+  return *w;
+}
+
+}  // namespace
+
+void parallel_for(std::int64_t n, std::int64_t grain,
+                  const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (n <= 0) return;
+  const std::int64_t max_chunks = std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1));
+  const std::int64_t chunks = std::min<std::int64_t>(current_num_threads(), max_chunks);
+  if (chunks <= 1 || t_inside_region) {
+    body(0, n);
+    return;
+  }
+  const std::int64_t step = (n + chunks - 1) / chunks;
+  t_inside_region = true;
+  struct Reset {
+    ~Reset() { t_inside_region = false; }
+  } reset;
+  if (!workers().run(n, chunks, step, body)) body(0, n);
+}
+
+bool inside_parallel_region() noexcept { return t_inside_region; }
+
+}  // namespace sketchcore::detail
