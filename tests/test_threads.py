@@ -51,3 +51,25 @@ def test_gil_is_released_while_computing(rng):
     middle = [t for t in ticks if start + 0.25 * (end - start) < t < end - 0.25 * (end - start)]
     assert end - start > 0.02, "problem too small to observe"
     assert len(middle) > 100, f"only {len(middle)} Python steps ran during the native call"
+
+
+def _child_computes(conn, problem):
+    x, S, U, b = problem
+    y = sketchcore.sketched_matmul(x, S, U, bias=b, activation="gelu")
+    conn.send(float(np.abs(y - reference(x, S, U, b, "gelu")).max()))
+    conn.close()
+
+
+def test_forked_child_can_compute_after_the_parent_used_the_workers(rng):
+    import multiprocessing
+
+    problem = random_problem(rng, (600,), 300, 8, 400, terms=2, dtype=np.float64)
+    sketchcore.sketched_matmul(*problem[:3], bias=problem[3], activation="gelu")  # workers now exist
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    process = context.Process(target=_child_computes, args=(child, problem))
+    process.start()
+    assert parent.poll(60), "forked child did not answer (deadlock?)"
+    assert parent.recv() < 1e-10
+    process.join(10)
+    assert process.exitcode == 0

@@ -90,3 +90,27 @@ TEST(CachingHostPool, ThreadSafeUnderContention) {
   EXPECT_EQ(s.num_allocs, 8000u);
   EXPECT_GT(s.num_cache_hits, 7000u);
 }
+
+TEST(HostPool, SketchedMatmulReturnsEveryTemporaryAndHonoursTheLimit) {
+  using sketchcore::DType;
+  using sketchcore::TensorView;
+  std::vector<float> x(200 * 64, 1.0f), S(3 * 64 * 8, 0.5f), U(3 * 8 * 16, 0.25f), y(200 * 16);
+  auto call = [&] {
+    sketchcore::sketched_matmul(TensorView(x.data(), DType::float32, {200, 64}),
+                                TensorView(S.data(), DType::float32, {3, 64, 8}),
+                                TensorView(U.data(), DType::float32, {3, 8, 16}),
+                                TensorView(y.data(), DType::float32, {200, 16}));
+  };
+  auto& pool = sketchcore::default_host_pool();
+  const auto before = pool.stats();
+  call();
+  EXPECT_EQ(pool.stats().current_bytes, before.current_bytes);
+  EXPECT_GT(pool.stats().num_allocs, before.num_allocs);
+  EXPECT_FLOAT_EQ(y[0], 3 * 8 * 64 * 0.5f * 0.25f);
+  pool.empty_cache();
+  pool.set_limit(1024);
+  EXPECT_THROW(call(), sketchcore::out_of_memory);
+  EXPECT_EQ(pool.stats().current_bytes, before.current_bytes);
+  pool.set_limit(std::nullopt);
+  call();
+}
