@@ -1,8 +1,9 @@
-"""CPU forward benchmarks of sketched_matmul against NumPy on the same float32 data.
+"""CPU forward benchmarks of sketched_matmul on the same float32 data as its baselines.
 
 Run: pytest bench --benchmark-only
-Baselines: NumPy's (x @ S) @ U with S, U packed over terms (what a NumPy user writes),
-and the dense layer x @ W it replaces. Each result is also checked for accuracy.
+Baselines: NumPy's bare (x @ S) @ U (S, U packed over terms: what a NumPy user writes),
+NumPy's np.maximum((x @ S) @ U * s + b, 0), the dense np.maximum(x @ W + b, 0), and
+Panther's CPU algorithm reproduced in torch (when torch is installed).
 """
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ SHAPES = [
     (256, 1024, 1024, 8, 16),
     (32, 4096, 4096, 2, 128),
 ]
+SCALE = np.float32(0.5)
 
 
 def group_name(shape):
@@ -23,10 +25,14 @@ def group_name(shape):
     return f"{b}x{di}->{do} T{t}xk{k}"
 
 
-def rounds_for(shape):
+def flop_ratio(shape):
+    """Dense flops over sketched flops: d_in·d_out / (r·(d_in + d_out))."""
     b, di, do, t, k = shape
-    flops = 2 * b * di * t * k + 2 * b * t * k * do
-    return 15 if flops > 5e9 else 30
+    return di * do / (t * k * (di + do))
+
+
+def pairs_for(shape):
+    return 7 if shape[0] * shape[1] * shape[2] > 2**34 else 11
 
 
 @pytest.fixture(scope="module", params=SHAPES, ids=group_name)
@@ -36,47 +42,87 @@ def problem(request):
     x = rng.standard_normal((b, di), dtype=np.float32)
     S = rng.standard_normal((t, di, k), dtype=np.float32) / np.float32(np.sqrt(k))
     U = rng.standard_normal((t, k, do), dtype=np.float32) / np.float32(np.sqrt(di))
+    bias = rng.standard_normal(do, dtype=np.float32)
     S_packed = np.ascontiguousarray(S.transpose(1, 0, 2).reshape(di, t * k))
     U_packed = U.reshape(t * k, do)
-    reference = (x.astype(np.float64) @ S_packed.astype(np.float64)) @ U_packed.astype(np.float64)
-    return request.param, x, S, U, S_packed, U_packed, reference
+    return request.param, x, S, U, bias, S_packed, U_packed
 
 
-def check(y, reference):
-    err = np.linalg.norm(y.astype(np.float64) - reference) / np.linalg.norm(reference)
-    assert err < 1e-5, f"relative error {err:.2e}"
+def check(y, reference, tolerance=1e-5):
+    reference = np.asarray(reference, dtype=np.float64)
+    err = np.linalg.norm(np.asarray(y, dtype=np.float64) - reference) / np.linalg.norm(reference)
+    assert err < tolerance, f"relative error {err:.2e}"
 
 
-def test_sketchcore(problem, record):
-    shape, x, S, U, _, _, reference = problem
-    y = record(group_name(shape), "sketchcore", lambda: sketchcore.sketched_matmul(x, S, U), rounds_for(shape))
-    check(y, reference)
+def test_bare_product_vs_numpy(problem, paired):
+    """Target: not slower than NumPy's bare (x @ S) @ U at any shape, on the same data:
+    both get S and U packed over the terms, (d_in, T·k) and (T·k, d_out)."""
+    shape, x, _, _, _, Sp, Up = problem
+    check(sketchcore.sketched_matmul(x, Sp, Up), (x.astype(np.float64) @ Sp) @ Up)
+    paired(group_name(shape), "sketched_matmul", "numpy (x@S)@U", lambda: sketchcore.sketched_matmul(x, Sp, Up),
+           lambda: (x @ Sp) @ Up, pairs=pairs_for(shape), target=1.0)
 
 
-def test_sketchcore_into_out(problem, record):
-    shape, x, S, U, _, _, reference = problem
-    out = np.empty(reference.shape, np.float32)
-    record(group_name(shape), "sketchcore out=", lambda: sketchcore.sketched_matmul(x, S, U, out=out),
-           rounds_for(shape))
-    check(out, reference)
+def test_bare_product_with_terms_vs_numpy(problem, paired):
+    """No target: sketchcore given S as (T, d_in, k) and U as (T, k, d_out), so it packs S
+    on every call (or, with few rows, makes one batched call), against NumPy on the
+    pre-packed arrays. Shows what the 3-D layout costs."""
+    shape, x, S, U, _, Sp, Up = problem
+    check(sketchcore.sketched_matmul(x, S, U), (x.astype(np.float64) @ Sp) @ Up)
+    paired(group_name(shape), "sketched_matmul 3-D S", "numpy (x@S)@U", lambda: sketchcore.sketched_matmul(x, S, U),
+           lambda: (x @ Sp) @ Up, pairs=pairs_for(shape))
 
 
-def test_numpy_sketched(problem, record):
-    shape, x, _, _, S_packed, U_packed, reference = problem
-    y = record(group_name(shape), "numpy (x@S)@U", lambda: (x @ S_packed) @ U_packed, rounds_for(shape))
-    check(y, reference)
+def test_fused_relu_bias_vs_numpy(problem, paired):
+    """Target: ≥ 1.3× NumPy's np.maximum((x @ S) @ U * s + b, 0) at the first shape."""
+    shape, x, S, U, b, Sp, Up = problem
+    fused = lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", scale=SCALE)  # noqa: E731
+    numpy_way = lambda: np.maximum((x @ Sp) @ Up * SCALE + b, 0)  # noqa: E731
+    check(fused(), np.maximum((x.astype(np.float64) @ Sp) @ Up * SCALE + b, 0))
+    paired(group_name(shape), "fused relu+bias", "numpy relu((x@S)@U*s+b)", fused, numpy_way,
+           pairs=pairs_for(shape), target=1.3 if shape == SHAPES[0] else None)
 
 
-def test_numpy_dense(problem, record):
-    shape, x, *_ = problem
-    b, di, do, t, k = shape
-    W = np.random.default_rng(1).standard_normal((di, do), dtype=np.float32)
-    y = record(group_name(shape), "numpy dense x@W", lambda: x @ W, rounds_for(shape))
-    assert y.shape == (b, do)
+def test_fused_relu_bias_vs_dense(problem, paired):
+    """Target: ≥ 0.85 × the FLOP ratio against np.maximum(x @ W + b, 0)."""
+    shape, x, S, U, b, _, _ = problem
+    W = np.random.default_rng(1).standard_normal((shape[1], shape[2]), dtype=np.float32) / np.float32(64)
+    fused = lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", scale=SCALE)  # noqa: E731
+    paired(group_name(shape), "fused relu+bias", "numpy dense relu(x@W+b)", fused,
+           lambda: np.maximum(x @ W + b, 0), pairs=5, calls=2, target=0.85 * flop_ratio(shape))
 
 
-def test_paired_sketchcore_vs_numpy(problem, paired):
-    """The issue's target at the headline shape, and the same comparison at the others."""
-    shape, x, S, U, S_packed, U_packed, _ = problem
-    paired(group_name(shape), "sketchcore", "numpy (x@S)@U", lambda: sketchcore.sketched_matmul(x, S, U),
-           lambda: (x @ S_packed) @ U_packed, pairs=31)
+def _panther_inputs(torch, shape, x, S, U, b):
+    """Panther's SKLinear parameters for T/2 terms (2·T/2 = T products of rank k), built so
+    that it computes exactly sketched_matmul(x, S, U, scale=1/T, bias=b)."""
+    _, _, _, t, _ = shape
+    half = max(t // 2, 1)
+    S1s, U2s = torch.from_numpy(S[:half]), torch.from_numpy(S[half:2 * half])
+    U1s, S2s = torch.from_numpy(U[:half]), torch.from_numpy(U[half:2 * half])
+    return torch.from_numpy(x), S1s, S2s, U1s, U2s, torch.from_numpy(b), half
+
+
+def panther_forward(torch, x, S1s, S2s, U1s, U2s, bias):
+    """Panther's CPU forward as its pawX linear.cpp writes it: per-term bmm on the input
+    expanded over the terms, the mean of each half, then the average and the bias:
+    1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b."""
+    expanded = x.unsqueeze(0).expand(S2s.shape[0], x.shape[0], x.shape[1])
+    term1 = expanded.bmm(S1s).bmm(U1s)
+    term2 = expanded.bmm(U2s).bmm(S2s)
+    return (term1.mean(0) + term2.mean(0)) * 0.5 + bias
+
+
+def test_vs_panther_algorithm(problem, paired):
+    """Target: ≥ 3× faster than Panther's CPU algorithm in torch at the first two shapes."""
+    torch = pytest.importorskip("torch")
+    shape, x, S, U, b, _, _ = problem
+    if shape[3] % 2:
+        pytest.fail("Panther's layer needs an even number of products")
+    tx, S1s, S2s, U1s, U2s, tb, half = _panther_inputs(torch, shape, x, S, U, b)
+    tS, tU = torch.from_numpy(S[:2 * half]), torch.from_numpy(U[:2 * half])
+    ours = lambda: sketchcore.sketched_matmul(tx, tS, tU, bias=tb, scale=1.0 / (2 * half))  # noqa: E731
+    with torch.no_grad():
+        theirs = lambda: panther_forward(torch, tx, S1s, S2s, U1s, U2s, tb)  # noqa: E731
+        check(ours().numpy(), theirs().double().numpy(), 1e-5)
+        paired(group_name(shape), "sketched_matmul (torch)", "Panther algorithm (torch)", ours, theirs,
+               pairs=5, calls=2, target=3.0 if shape in SHAPES[:2] else None)

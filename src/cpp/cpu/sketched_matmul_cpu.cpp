@@ -78,16 +78,17 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   }
   T* dst = scratch.allocate(p.d_in * r);
   const std::int64_t term_stride = S.ndim() == 3 ? S.stride(0) : 0, cs = S.stride(-1), rs = S.stride(-2);
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(r, 1));
+  // A copy is memory-bound: a second thread only pays off beyond ~1 MiB per chunk.
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(r, 1));
   parallel_for(p.d_in, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
+      T* out = dst + i * r;
       for (std::int64_t t = 0; t < p.terms; ++t) {
         const T* src = base + t * term_stride + i * rs;
-        T* out = dst + i * r + t * p.rank;
         if (cs == 1) {
-          std::memcpy(out, src, static_cast<std::size_t>(p.rank) * sizeof(T));
+          for (std::int64_t j = 0; j < p.rank; ++j) out[t * p.rank + j] = src[j];
         } else {
-          for (std::int64_t j = 0; j < p.rank; ++j) out[j] = src[j * cs];
+          for (std::int64_t j = 0; j < p.rank; ++j) out[t * p.rank + j] = src[j * cs];
         }
       }
     }
