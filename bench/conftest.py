@@ -3,8 +3,8 @@
 Every claim is a ratio measured in this run against a baseline on the same data. Each
 comparison alternates warmed-up blocks of the two implementations, A B, B A, A B, ...:
 a block first calls its function for at least 0.2 s (past the spin-wait of the other
-library's BLAS threads, and into steady state), then times `calls` consecutive calls and
-keeps their median; a pair's ratio is baseline / sketchcore. Machine drift then hits
+library's BLAS threads, and into steady state), then times consecutive calls (at least
+`calls`, and enough to fill 50 ms) and keeps their median; a pair's ratio is baseline / sketchcore. Machine drift then hits
 both sides of a pair alike. The median of the pair ratios is reported with a bootstrap
 95% interval; a target is "met" when the median reaches it, "within noise" when only the
 interval does, and MISSED (failing the session) when the whole interval lies below it.
@@ -31,11 +31,15 @@ def median_confidence_interval(values, level=0.95, resamples=4000):
     return float(np.quantile(medians, (1 - level) / 2)), float(np.quantile(medians, (1 + level) / 2))
 
 
-def _block(fn, calls, warm_s=0.2):
+def _block(fn, calls, warm_s=0.2, timed_s=0.05):
+    """Median time of `fn` after warming up; at least `calls` timed calls, more for fast
+    functions so that a block times at least `timed_s` seconds."""
     start, warm = time.perf_counter(), 0
     while warm < 2 or time.perf_counter() - start < warm_s:
         fn()
         warm += 1
+    per_call = (time.perf_counter() - start) / warm
+    calls = max(calls, min(200, int(timed_s / max(per_call, 1e-9))))
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
