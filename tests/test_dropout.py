@@ -104,6 +104,8 @@ def test_p_zero_is_no_dropout_and_p_one_drops_everything(rng):
     (dict(dropout_p=0.5, seed=-1), ValueError, "seed: expected an integer in [0, 2**64), got -1"),
     (dict(dropout_p=0.5, seed=2**64), ValueError, "seed: expected an integer in [0, 2**64)"),
     (dict(dropout_p=0.5, seed=1.5), TypeError, "seed: expected an int or None, got float"),
+    (dict(seed=-3), ValueError, "seed: expected an integer in [0, 2**64), got -3"),
+    (dict(seed=True), TypeError, "seed: expected an int or None, got bool"),
 ])
 def test_bad_dropout_arguments(kwargs, error, fragment):
     with pytest.raises(error) as info:

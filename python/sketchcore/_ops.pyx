@@ -118,14 +118,14 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
     cdef double dropout_value = dropout_p
     cdef uint64_t seed_value = 0
-    if dropout_value != 0.0:
-        if seed is None:
-            seed = secrets.randbits(64)
-        elif not isinstance(seed, Integral):
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, Integral):
             raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
         if not 0 <= seed < 2**64:
             raise ValueError(f"sketched_matmul: seed: expected an integer in [0, 2**64), got {seed}")
         seed_value = seed
+    elif dropout_value != 0.0:
+        seed_value = secrets.randbits(64)
 
     cdef ImportedTensor xt = import_array(x, "x", False)
     cdef ImportedTensor st = import_array(S, "S", False)

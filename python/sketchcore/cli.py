@@ -39,13 +39,16 @@ class Row:
 
 
 def median_time(fn, repeats: int, budget_s: float) -> tuple[float, float]:
-    """Median and (max - min) of up to `repeats` timed calls after one warm-up call,
-    stopping early once `budget_s` seconds have been spent (at least 3 calls).
+    """Median and (max - min) of up to `repeats` timed calls, stopping early once
+    `budget_s` seconds have been spent (at least 3 calls).
 
-    A short pause comes first: NumPy and sketchcore each have an OpenBLAS thread pool whose
-    threads keep spinning for a moment after a call, and would slow the other one down."""
-    time.sleep(0.2)
-    fn()
+    Warm-up first, for at least 0.2 s: NumPy and sketchcore each have an OpenBLAS thread
+    pool whose threads keep spinning for a moment after a call and slow the other one
+    down; warming up also reaches the steady state of back-to-back calls."""
+    start, warm = time.perf_counter(), 0
+    while warm < 2 or time.perf_counter() - start < 0.2:
+        fn()
+        warm += 1
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < repeats and (len(times) < 3 or time.perf_counter() - start < budget_s):
