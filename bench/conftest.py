@@ -2,8 +2,10 @@
 
 Every claim is a ratio measured in this run against a baseline on the same data. Each
 comparison alternates warmed-up blocks of the two implementations, A B, B A, A B, ...:
-a block first calls its function for at least 0.2 s (past the spin-wait of the other
-library's BLAS threads, and into steady state), then times consecutive calls (at least
+a block first calls its function for at least 0.5 s (past the spin-wait of the other
+library's threads — OpenBLAS's and torch's OpenMP threads keep spinning after a call and
+were measured to slow the next library's first calls 2-10x for up to ~0.3 s — and into
+steady state), then times consecutive calls (at least
 `calls`, and enough to fill 50 ms) and keeps their median; a pair's ratio is baseline / sketchcore. Machine drift then hits
 both sides of a pair alike. The median of the pair ratios is reported with a bootstrap
 95% interval; a target is "met" when the median reaches it, "within noise" when only the
@@ -31,7 +33,7 @@ def median_confidence_interval(values, level=0.95, resamples=4000):
     return float(np.quantile(medians, (1 - level) / 2)), float(np.quantile(medians, (1 + level) / 2))
 
 
-def _block(fn, calls, warm_s=0.2, timed_s=0.05):
+def _block(fn, calls, warm_s=0.5, timed_s=0.05):
     """Median time of `fn` after warming up; at least `calls` timed calls, more for fast
     functions so that a block times at least `timed_s` seconds."""
     start, warm = time.perf_counter(), 0
