@@ -15,6 +15,11 @@ from sketchcore._sketchcore cimport ErrorKind, TensorView
 
 from sketchcore._dlpack import DLPackBuffer
 
+import numpy
+
+_numpy_ndarray = numpy.ndarray
+_numpy_empty = numpy.empty
+
 
 cdef int _raise(ErrorKind kind, const string& message) except -1:
     text = message.decode("utf-8", "replace")
@@ -111,10 +116,11 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         activation = "none"
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    if not isinstance(scale, Real):  # refuse strings and arrays that float() would accept
+    # Exact float/int first: the numbers.Real check goes through the ABC machinery.
+    if type(scale) is not float and type(scale) is not int and not isinstance(scale, Real):
         raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
     cdef double scale_value = scale
-    if not isinstance(dropout_p, Real):
+    if type(dropout_p) is not float and type(dropout_p) is not int and not isinstance(dropout_p, Real):
         raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
     cdef double dropout_value = dropout_p
     cdef uint64_t seed_value = 0
@@ -144,7 +150,10 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
 
     cdef ImportedTensor ot
     if out is None:
-        out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
+        if type(x) is _numpy_ndarray:  # the common case, without the generic dispatch
+            out = _numpy_empty(tuple(shape), dtype=x.dtype)
+        else:
+            out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
         ot = import_array(out, "out", True)
     else:
         ot = import_array(out, "out", True)

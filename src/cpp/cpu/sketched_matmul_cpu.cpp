@@ -67,8 +67,10 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
     }
   }
   // Packing S costs d_in·r per call; the batched call instead re-reads each chunk of X
-  // once per term. With few rows ((T−1)·rows ≤ 2r) re-reading X is the cheaper of the two.
-  if (blas_has_batched() && (p.terms - 1) * chunk_rows <= 2 * r) {
+  // once per term. With few rows ((T−1)·rows ≤ 2r) re-reading X is the cheaper of the two,
+  // unless S is so small (< 64k elements) that packing it is cheaper than the batched
+  // call's own overhead.
+  if (blas_has_batched() && p.d_in * r >= (std::int64_t{1} << 16) && (p.terms - 1) * chunk_rows <= 2 * r) {
     if (auto op = blas_operand(base, p.d_in, p.rank, S.stride(-2), S.stride(-1))) {
       f.batched = true;
       f.s0 = *op;

@@ -25,32 +25,43 @@ namespace {
 
 thread_local bool t_inside_region = false;
 
+/// One parallel region: lives on the stack of the thread that runs it, which returns only
+/// after every worker that joined has left, so no worker ever touches a finished region.
+struct Region {
+  const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
+  std::int64_t n = 0, step = 0, chunks = 0;
+  std::atomic<std::int64_t> next_chunk{0};
+  std::int64_t pending = 0;  // chunks not yet finished (guarded by Workers::mutex_)
+  int active_workers = 0;    // workers inside this region (guarded by Workers::mutex_)
+  std::exception_ptr error;  // first exception of a chunk (guarded by Workers::mutex_)
+};
+
 class Workers {
  public:
   /// Runs body on chunks [c·step, min(n, (c+1)·step)) for c in [0, chunks), the caller
   /// taking part. Returns false (running nothing) if another region holds the workers.
   bool run(std::int64_t n, std::int64_t chunks, std::int64_t step,
            const std::function<void(std::int64_t, std::int64_t)>& body) {
-    std::unique_lock<std::mutex> region(region_mutex_, std::try_to_lock);
-    if (!region.owns_lock()) return false;
+    std::unique_lock<std::mutex> region_lock(region_mutex_, std::try_to_lock);
+    if (!region_lock.owns_lock()) return false;
     ensure_workers(static_cast<int>(chunks) - 1);
+    Region region;
+    region.body = &body;
+    region.n = n;
+    region.step = step;
+    region.chunks = chunks;
+    region.pending = chunks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      body_ = &body;
-      n_ = n;
-      step_ = step;
-      chunks_ = chunks;
-      next_chunk_.store(0);
-      pending_ = chunks;
-      error_ = nullptr;
+      current_ = &region;
       ++generation_;
     }
     wake_.notify_all();
-    work();  // the caller takes chunks too
+    work(region);  // the caller takes chunks too
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    body_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    done_.wait(lock, [&] { return region.pending == 0 && region.active_workers == 0; });
+    current_ = nullptr;
+    if (region.error) std::rethrow_exception(region.error);
     return true;
   }
 
@@ -66,43 +77,45 @@ class Workers {
     t_inside_region = true;
     std::uint64_t seen = 0;
     for (;;) {
+      Region* region;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
+        wake_.wait(lock, [&] { return generation_ != seen && current_ != nullptr; });
         seen = generation_;
+        region = current_;
+        ++region->active_workers;
       }
-      work();
+      work(*region);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--region->active_workers == 0 && region->pending == 0) done_.notify_all();
     }
   }
 
-  void work() {
+  void work(Region& region) {
     for (;;) {
-      const std::int64_t c = next_chunk_.fetch_add(1);
-      if (c >= chunks_) return;
-      const std::int64_t begin = c * step_, end = std::min(n_, begin + step_);
+      const std::int64_t c = region.next_chunk.fetch_add(1);
+      if (c >= region.chunks) return;
+      const std::int64_t begin = c * region.step, end = std::min(region.n, begin + region.step);
       std::exception_ptr error;
       if (begin < end) {
         try {
-          (*body_)(begin, end);
+          (*region.body)(begin, end);
         } catch (...) {
           error = std::current_exception();
         }
       }
       std::lock_guard<std::mutex> lock(mutex_);
-      if (error && !error_) error_ = error;
-      if (--pending_ == 0) done_.notify_all();
+      if (error && !region.error) region.error = error;
+      if (--region.pending == 0) done_.notify_all();
     }
   }
 
-  std::mutex region_mutex_;
-  std::mutex mutex_;
+  std::mutex region_mutex_;  // one region at a time
+  std::mutex mutex_;         // guards current_, generation_ and the regions' counters
   std::condition_variable wake_, done_;
   std::vector<std::thread> threads_;
-  const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
-  std::int64_t n_ = 0, step_ = 0, chunks_ = 0, pending_ = 0;
-  std::atomic<std::int64_t> next_chunk_{0};
+  Region* current_ = nullptr;
   std::uint64_t generation_ = 0;
-  std::exception_ptr error_;
 };
 
 Workers& workers() {
