@@ -26,7 +26,7 @@ def _load_openblas() -> None:
 
 _load_openblas()
 
-from sketchcore import memory  # noqa: E402
+from sketchcore import memory, sketch  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._ops import build_info, get_num_threads, set_num_threads, sketched_matmul  # noqa: E402
 
@@ -48,6 +48,7 @@ __all__ = [
     "cmake_prefix",
     "get_num_threads",
     "memory",
+    "sketch",
     "set_num_threads",
     "sketched_matmul",
     "__version__",

@@ -71,6 +71,50 @@ inline ErrorKind host_pool_set_limit(bool has_limit, std::size_t limit, std::str
   }, message);
 }
 
+inline sketchcore::SketchOperator make_sketch(const std::string& kind, std::int64_t m, std::int64_t n,
+                                             std::uint64_t seed, std::int64_t nnz, bool scaled) {
+  sketchcore::SketchOperator op;
+  op.kind = sketchcore::parse_sketch_kind(kind);
+  op.rows = m;
+  op.cols = n;
+  op.seed = seed;
+  op.nnz = nnz;
+  op.scaled = scaled;
+  sketchcore::validate_sketch(op);
+  return op;
+}
+
+inline ErrorKind sketch_validate(const std::string& kind, std::int64_t m, std::int64_t n, std::uint64_t seed,
+                                 std::int64_t nnz, bool scaled, std::string& message) noexcept {
+  return guarded([&] { make_sketch(kind, m, n, seed, nnz, scaled); }, message);
+}
+
+inline ErrorKind sketch_to_dense(const std::string& kind, std::int64_t m, std::int64_t n, std::uint64_t seed,
+                                 std::int64_t nnz, bool scaled, const sketchcore::TensorView& out,
+                                 std::int64_t row0, std::int64_t col0, std::string& message) noexcept {
+  return guarded([&] { sketchcore::sketch_to_dense(make_sketch(kind, m, n, seed, nnz, scaled), out, row0, col0); },
+                 message);
+}
+
+inline ErrorKind sketch_output_shape(const std::string& kind, std::int64_t m, std::int64_t n, std::uint64_t seed,
+                                     std::int64_t nnz, bool scaled, const sketchcore::TensorView& a, bool right,
+                                     bool transpose, std::vector<int64_t>& shape, std::string& message) noexcept {
+  return guarded([&] {
+    shape = sketchcore::sketch_apply_output_shape(make_sketch(kind, m, n, seed, nnz, scaled), a,
+                                                  right ? sketchcore::Side::right : sketchcore::Side::left, transpose);
+  }, message);
+}
+
+inline ErrorKind sketch_apply(const std::string& kind, std::int64_t m, std::int64_t n, std::uint64_t seed,
+                              std::int64_t nnz, bool scaled, const sketchcore::TensorView& a,
+                              const sketchcore::TensorView& out, bool right, bool transpose,
+                              std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::sketch_apply(make_sketch(kind, m, n, seed, nnz, scaled), a, out,
+                             right ? sketchcore::Side::right : sketchcore::Side::left, transpose);
+  }, message);
+}
+
 inline ErrorKind set_num_threads(int n, std::string& message) noexcept {
   return guarded([&] { sketchcore::set_num_threads(n); }, message);
 }

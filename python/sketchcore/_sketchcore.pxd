@@ -70,3 +70,13 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
                               const string& activation, double dropout_p, uint64_t seed, string& message)
     ErrorKind host_pool_set_limit(bint has_limit, size_t limit, string& message)
     ErrorKind set_num_threads(int n, string& message)
+    ErrorKind sketch_validate(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
+                              string& message)
+    ErrorKind sketch_to_dense(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
+                              const TensorView& out, int64_t row0, int64_t col0, string& message)
+    ErrorKind sketch_output_shape(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz,
+                                  bint scaled, const TensorView& a, bint right, bint transpose,
+                                  vector[int64_t]& shape, string& message)
+    ErrorKind sketch_apply(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
+                           const TensorView& a, const TensorView& out, bint right, bint transpose,
+                           string& message)

@@ -33,24 +33,24 @@ CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasN
 // The one CBLAS call for both precisions; `cblas_gemm` is cblas_sgemm or cblas_dgemm.
 template <class T, class CblasGemm>
 void call_gemm(CblasGemm cblas_gemm, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const BlasMatrix<T>& a, const BlasMatrix<T>& b, T* c, std::int64_t ldc) {
+               const BlasMatrix<T>& a, const BlasMatrix<T>& b, T* c, std::int64_t ldc, T beta) {
   cblas_gemm(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"), blas_int(n, "columns"),
              blas_int(k, "inner dimension"), alpha, a.data, blas_int(a.ld, "leading dimension"), b.data,
-             blas_int(b.ld, "leading dimension"), T(0), c, blas_int(ldc, "leading dimension"));
+             blas_int(b.ld, "leading dimension"), beta, c, blas_int(ldc, "leading dimension"));
 }
 
 }  // namespace
 
 template <>
 void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const BlasMatrix<float>& a,
-                 const BlasMatrix<float>& b, float* c, std::int64_t ldc) {
-  call_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc);
+                 const BlasMatrix<float>& b, float* c, std::int64_t ldc, float beta) {
+  call_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 template <>
 void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const BlasMatrix<double>& a,
-                  const BlasMatrix<double>& b, double* c, std::int64_t ldc) {
-  call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc);
+                  const BlasMatrix<double>& b, double* c, std::int64_t ldc, double beta) {
+  call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 #if defined(SKETCHCORE_BLAS_IS_OPENBLAS)

@@ -17,11 +17,11 @@ struct BlasMatrix {
   std::int64_t ld;
 };
 
-/// C (m×n, row-major, leading dimension ldc) = alpha · A (m×k) · B (k×n). Requires
-/// m, n, k ≥ 1; throws shape_error if an extent exceeds the 32-bit BLAS index range.
+/// C (m×n, row-major, leading dimension ldc) = alpha · A (m×k) · B (k×n) + beta · C.
+/// Requires m, n, k ≥ 1; throws shape_error if an extent exceeds the 32-bit BLAS range.
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const BlasMatrix<T>& a,
-          const BlasMatrix<T>& b, T* c, std::int64_t ldc);
+          const BlasMatrix<T>& b, T* c, std::int64_t ldc, T beta = T(0));
 
 /// C_i = A_i · B_i for i < batch, where X_i = X + i · stride_X (elements): one BLAS call
 /// (OpenBLAS's gemm_batch_strided). Only with blas_has_batched(); throws otherwise.

@@ -7,6 +7,7 @@
 #include "sketchcore/export.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/runtime.hpp"
+#include "sketchcore/sketch.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
 #include "sketchcore/version.hpp"

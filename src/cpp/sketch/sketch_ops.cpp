@@ -1,0 +1,448 @@
+// Public sketching entry points: validation, dense generation and application on the CPU.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "detail/blas.hpp"
+#include "detail/check.hpp"
+#include "detail/parallel.hpp"
+#include "detail/scratch.hpp"
+#include "detail/strided.hpp"
+#include "sketch/entries.hpp"
+#include "sketch/fwht.hpp"
+#include "sketch/structure.hpp"
+#include "sketchcore/errors.hpp"
+#include "sketchcore/sketch.hpp"
+
+namespace sketchcore {
+
+namespace {
+
+constexpr SketchKind kKinds[] = {SketchKind::gaussian,    SketchKind::rademacher,  SketchKind::uniform,
+                                 SketchKind::sparse_sign, SketchKind::countsketch, SketchKind::srht};
+constexpr std::int64_t kMaxExtent = (std::int64_t{1} << 31) - 1;
+/// Budget of a generated tile of a dense operator.
+constexpr std::int64_t kTileBytes = std::int64_t{4} << 20;
+
+bool is_dense(SketchKind k) {
+  return k == SketchKind::gaussian || k == SketchKind::rademacher || k == SketchKind::uniform;
+}
+bool is_sparse(SketchKind k) { return k == SketchKind::sparse_sign || k == SketchKind::countsketch; }
+
+void check_array(const TensorView& v, const char* op, const char* name, const TensorView* like = nullptr) {
+  if (v.device().type != DeviceType::cpu) {
+    detail::fail<device_error>(op, name, "an array in CPU memory", device_name(v.device()));
+  }
+  if (v.dtype() != DType::float32 && v.dtype() != DType::float64) {
+    detail::fail<dtype_error>(op, name, "dtype float32 or float64", dtype_name(v.dtype()));
+  }
+  if (like && v.dtype() != like->dtype()) {
+    detail::fail<dtype_error>(op, name, std::string("dtype ") + dtype_name(like->dtype()) + " (the dtype of a)",
+                              dtype_name(v.dtype()));
+  }
+}
+
+// ------------------------------------------------------------------- dense generation
+
+/// Writes rows [i0, i1) of column j of S (times `scale`) to dst[(i − i0) · stride].
+template <class T>
+void dense_column(const SketchOperator& op, std::int64_t j, std::int64_t i0, std::int64_t i1, double scale, T* dst,
+                  std::int64_t stride) {
+  std::int64_t i = i0;
+  while (i < i1) {
+    const detail::Philox4x32 block = detail::dense_block(op.kind, op.seed, i, j);
+    const std::int64_t group_end = std::min(i1, (i | 3) + 1);
+    for (; i < group_end; ++i) {
+      dst[(i - i0) * stride] = static_cast<T>(scale * detail::dense_from_block(op.kind, block, static_cast<int>(i & 3)));
+    }
+  }
+}
+
+/// S[:, j0 : j0 + width] into a row-major (rows × width) tile, in parallel over columns.
+template <class T>
+void dense_tile(const SketchOperator& op, std::int64_t j0, std::int64_t width, double scale, T* tile) {
+  detail::parallel_for(width, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(op.rows, 1)),
+                       [&](std::int64_t b, std::int64_t e) {
+                         for (std::int64_t c = b; c < e; ++c) dense_column(op, j0 + c, 0, op.rows, scale, tile + c, width);
+                       });
+}
+
+// --------------------------------------------------------------------- 2-D operands
+
+/// A row-major matrix with unit column stride.
+template <class T>
+struct Mat {
+  T* data;
+  std::int64_t rows, cols, ld;
+  T* row(std::int64_t i) const { return data + i * ld; }
+};
+
+/// `v` (2-D) as a row-major matrix, packed into `scratch` unless already row-major.
+template <class T>
+Mat<T> readable(const TensorView& v, detail::Scratch<T>& scratch) {
+  const std::int64_t r = v.size(0), c = v.size(1), rs = v.stride(0), cs = v.stride(1);
+  if ((c <= 1 || cs == 1) && (r <= 1 || rs >= std::max<std::int64_t>(c, 1))) {
+    return {static_cast<T*>(v.data()), r, c, r <= 1 ? std::max<std::int64_t>(c, 1) : rs};
+  }
+  detail::pack_rows<T>(v, scratch.allocate(r * c));
+  return {scratch.data(), r, c, std::max<std::int64_t>(c, 1)};
+}
+
+/// Where to write `v` (2-D): itself if row-major, else `scratch` (copied back by finish()).
+template <class T>
+Mat<T> writable(const TensorView& v, detail::Scratch<T>& scratch, bool& staged) {
+  const std::int64_t r = v.size(0), c = v.size(1), rs = v.stride(0), cs = v.stride(1);
+  staged = !((c <= 1 || cs == 1) && (r <= 1 || rs >= std::max<std::int64_t>(c, 1)));
+  if (!staged) return {static_cast<T*>(v.data()), r, c, r <= 1 ? std::max<std::int64_t>(c, 1) : rs};
+  return {scratch.allocate(r * c), r, c, std::max<std::int64_t>(c, 1)};
+}
+
+// ------------------------------------------------------------------------- applying
+
+template <class T>
+void zero(const Mat<T>& m) {
+  for (std::int64_t i = 0; i < m.rows; ++i) std::fill(m.row(i), m.row(i) + m.cols, T(0));
+}
+
+/// out (m × p) = S · A (n × p).
+template <class T>
+void apply_left(const SketchOperator& op, const Mat<T>& a, const Mat<T>& out) {
+  const std::int64_t m = op.rows, n = op.cols, p = a.cols;
+  const double scale = detail::entry_scale(op);
+  if (p == 0) return;
+  if (is_dense(op.kind)) {
+    const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
+    detail::Scratch<T> tile(m * width);
+    for (std::int64_t j0 = 0; j0 < n; j0 += width) {
+      const std::int64_t w = std::min(width, n - j0);
+      dense_tile<T>(op, j0, w, 1.0, tile.data());
+      detail::gemm<T>(m, p, w, static_cast<T>(scale), {tile.data(), false, w}, {a.row(j0), false, a.ld}, out.data,
+                      out.ld, j0 == 0 ? T(0) : T(1));
+    }
+  } else if (is_sparse(op.kind)) {
+    const detail::SparseStructure s = detail::sparse_structure(op);
+    const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+    zero(out);
+    detail::parallel_for(p, 64, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T* src = a.row(j);
+        for (std::int64_t k = 0; k < nnz; ++k) {
+          const auto idx = static_cast<std::size_t>(j * nnz + k);
+          const T v = static_cast<T>(scale * s.signs[idx]);
+          T* dst = out.row(s.rows[idx]);
+          for (std::int64_t c = c0; c < c1; ++c) dst[c] += v * src[c];
+        }
+      }
+    });
+  } else {  // srht: out = scale · R · H · (D·A padded with zeros)
+    const detail::SrhtStructure s = detail::srht_structure(op);
+    const std::int64_t np = s.padded;
+    const std::int64_t chunk = std::clamp<std::int64_t>((std::int64_t{1} << 18) / np, 1, p);
+    detail::parallel_for((p + chunk - 1) / chunk, 1, [&](std::int64_t b, std::int64_t e) {
+      detail::Scratch<T> buffer(np * chunk);
+      for (std::int64_t blk = b; blk < e; ++blk) {
+        const std::int64_t c0 = blk * chunk, width = std::min(chunk, p - c0);
+        T* w = buffer.data();
+        for (std::int64_t r = 0; r < np; ++r) {
+          T* row = w + r * width;
+          if (r < n) {
+            const T sign = static_cast<T>(s.signs[static_cast<std::size_t>(r)]);
+            for (std::int64_t c = 0; c < width; ++c) row[c] = sign * a.row(r)[c0 + c];
+          } else {
+            std::fill(row, row + width, T(0));
+          }
+        }
+        detail::fwht_rows(w, np, width);
+        for (std::int64_t t = 0; t < m; ++t) {
+          const T* src = w + std::int64_t(s.rows[static_cast<std::size_t>(t)]) * width;
+          for (std::int64_t c = 0; c < width; ++c) out.row(t)[c0 + c] = static_cast<T>(scale) * src[c];
+        }
+      }
+    });
+  }
+}
+
+/// out (q × n) = A (q × m) · S.
+template <class T>
+void apply_right(const SketchOperator& op, const Mat<T>& a, const Mat<T>& out) {
+  const std::int64_t m = op.rows, n = op.cols, q = a.rows;
+  const double scale = detail::entry_scale(op);
+  if (q == 0) return;
+  if (is_dense(op.kind)) {
+    const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
+    detail::Scratch<T> tile(m * width);
+    for (std::int64_t j0 = 0; j0 < n; j0 += width) {
+      const std::int64_t w = std::min(width, n - j0);
+      dense_tile<T>(op, j0, w, 1.0, tile.data());
+      detail::gemm<T>(q, w, m, static_cast<T>(scale), {a.data, false, a.ld}, {tile.data(), false, w}, out.data + j0,
+                      out.ld);
+    }
+  } else if (is_sparse(op.kind)) {
+    const detail::SparseStructure s = detail::sparse_structure(op);
+    const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+    detail::parallel_for(q, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n * nnz, 1)),
+                         [&](std::int64_t i0, std::int64_t i1) {
+                           for (std::int64_t i = i0; i < i1; ++i) {
+                             const T* src = a.row(i);
+                             T* dst = out.row(i);
+                             for (std::int64_t j = 0; j < n; ++j) {
+                               double acc = 0;
+                               for (std::int64_t k = 0; k < nnz; ++k) {
+                                 const auto idx = static_cast<std::size_t>(j * nnz + k);
+                                 acc += s.signs[idx] * static_cast<double>(src[s.rows[idx]]);
+                               }
+                               dst[j] = static_cast<T>(scale * acc);
+                             }
+                           }
+                         });
+  } else {  // srht: out[i, j] = scale · D[j] · (H · w)[j], w = A[i, :] scattered to the sampled rows
+    const detail::SrhtStructure s = detail::srht_structure(op);
+    const std::int64_t np = s.padded;
+    detail::parallel_for(q, std::max<std::int64_t>(1, 65536 / np), [&](std::int64_t i0, std::int64_t i1) {
+      detail::Scratch<T> buffer(np);
+      T* w = buffer.data();
+      for (std::int64_t i = i0; i < i1; ++i) {
+        std::fill(w, w + np, T(0));
+        for (std::int64_t t = 0; t < m; ++t) w[s.rows[static_cast<std::size_t>(t)]] = a.row(i)[t];
+        detail::fwht_rows(w, np, 1);
+        for (std::int64_t j = 0; j < n; ++j) {
+          out.row(i)[j] = static_cast<T>(scale * s.signs[static_cast<std::size_t>(j)]) * w[j];
+        }
+      }
+    });
+  }
+}
+
+/// 2-D views of one batch element: the last two dimensions of `v` at `offset` elements.
+TensorView matrix_at(const TensorView& v, std::int64_t offset) {
+  const std::size_t esize = dtype_size(v.dtype());
+  return TensorView(static_cast<char*>(v.data()) + offset * static_cast<std::int64_t>(esize), v.dtype(),
+                    {v.size(-2), v.size(-1)}, {v.stride(-2), v.stride(-1)}, v.device());
+}
+
+/// Element offsets of every batch element (all dimensions but the last two).
+std::vector<std::int64_t> batch_offsets(const TensorView& v) {
+  std::vector<std::int64_t> offsets{0};
+  for (int d = 0; d + 2 < v.ndim(); ++d) {
+    std::vector<std::int64_t> next;
+    next.reserve(offsets.size() * static_cast<std::size_t>(v.size(d)));
+    for (std::int64_t o : offsets) {
+      for (std::int64_t i = 0; i < v.size(d); ++i) next.push_back(o + i * v.stride(d));
+    }
+    offsets.swap(next);
+  }
+  return offsets;
+}
+
+/// `v` with its last two dimensions swapped (a view: strides only).
+TensorView transposed(const TensorView& v) {
+  auto shape = v.shape();
+  auto strides = v.strides();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  return TensorView(v.data(), v.dtype(), shape, strides, v.device());
+}
+
+/// A 1-D operand as the 2-D view the application needs: (len, 1) for a left operand,
+/// (1, len) for a right one.
+TensorView as_matrix(const TensorView& v, bool column) {
+  if (v.ndim() != 1) return v;
+  if (column) return TensorView(v.data(), v.dtype(), {v.size(0), 1}, {v.stride(0), 1}, v.device());
+  return TensorView(v.data(), v.dtype(), {1, v.size(0)}, {1, v.stride(0)}, v.device());
+}
+
+template <class T>
+void apply_batch(const SketchOperator& op, const TensorView& a, const TensorView& out, Side side) {
+  const auto a_offsets = batch_offsets(a), out_offsets = batch_offsets(out);
+  for (std::size_t b = 0; b < a_offsets.size(); ++b) {
+    detail::Scratch<T> a_scratch, out_scratch;
+    const TensorView ab = matrix_at(a, a_offsets[b]), ob = matrix_at(out, out_offsets[b]);
+    const Mat<T> am = readable<T>(ab, a_scratch);
+    bool staged = false;
+    const Mat<T> om = writable<T>(ob, out_scratch, staged);
+    if (side == Side::left) {
+      apply_left<T>(op, am, om);
+    } else {
+      apply_right<T>(op, am, om);
+    }
+    if (staged) detail::scatter_rows<T>(om.data, om.ld, ob, 0, om.rows);
+  }
+}
+
+}  // namespace
+
+const char* sketch_kind_name(SketchKind kind) noexcept {
+  switch (kind) {
+    case SketchKind::gaussian: return "gaussian";
+    case SketchKind::rademacher: return "rademacher";
+    case SketchKind::uniform: return "uniform";
+    case SketchKind::sparse_sign: return "sparse_sign";
+    case SketchKind::countsketch: return "countsketch";
+    case SketchKind::srht: return "srht";
+  }
+  return "unknown";
+}
+
+SketchKind parse_sketch_kind(std::string_view name) {
+  std::string accepted;
+  for (SketchKind k : kKinds) {
+    if (name == sketch_kind_name(k)) return k;
+    accepted += accepted.empty() ? "one of " : ", ";
+    accepted += std::string("'") + sketch_kind_name(k) + "'";
+  }
+  detail::fail<std::invalid_argument>("sketch", "kind", accepted, "'" + std::string(name) + "'");
+}
+
+void validate_sketch(const SketchOperator& op) {
+  const char* kOp = "sketch";
+  if (op.rows < 1 || op.rows > kMaxExtent) {
+    detail::fail<std::invalid_argument>(kOp, "m", "an integer in [1, 2^31)", std::to_string(op.rows));
+  }
+  if (op.cols < 1 || op.cols > kMaxExtent) {
+    detail::fail<std::invalid_argument>(kOp, "n", "an integer in [1, 2^31)", std::to_string(op.cols));
+  }
+  if (op.kind == SketchKind::sparse_sign && (op.nnz < 1 || op.nnz > op.rows)) {
+    detail::fail<std::invalid_argument>(kOp, "nnz", "an integer in [1, m = " + std::to_string(op.rows) + "]",
+                                        std::to_string(op.nnz));
+  }
+  if (op.kind == SketchKind::srht) {
+    std::int64_t padded = 1;
+    while (padded < op.cols) padded *= 2;
+    if (padded > kMaxExtent) {
+      detail::fail<std::invalid_argument>(kOp, "n", "at most 2^30 for srht", std::to_string(op.cols));
+    }
+    if (op.rows > padded) {
+      detail::fail<std::invalid_argument>(kOp, "m",
+                                          "at most n rounded up to a power of two (" + std::to_string(padded) + ") for srht",
+                                          std::to_string(op.rows));
+    }
+  }
+}
+
+void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0, std::int64_t col0) {
+  const char* kOp = "sketch.to_dense";
+  validate_sketch(op);
+  check_array(out, kOp, "out");
+  if (out.ndim() != 2) detail::fail<shape_error>(kOp, "out", "a 2-D array", detail::describe_shape(out));
+  const std::int64_t rows = out.size(0), cols = out.size(1);
+  if (row0 < 0 || col0 < 0 || row0 + rows > op.rows || col0 + cols > op.cols) {
+    detail::fail<shape_error>(kOp, "out", "a block inside the (" + std::to_string(op.rows) + ", " +
+                                              std::to_string(op.cols) + ") operator",
+                              "rows [" + std::to_string(row0) + ", " + std::to_string(row0 + rows) + ") × columns [" +
+                                  std::to_string(col0) + ", " + std::to_string(col0 + cols) + ")");
+  }
+  if (!detail::has_unique_elements(out)) {
+    detail::fail<std::invalid_argument>(kOp, "out", "an array whose elements do not share memory",
+                                        "strides " + shape_to_string(out.strides()));
+  }
+  auto fill = [&](auto* base) {
+    using T = std::remove_pointer_t<decltype(base)>;
+    const std::int64_t rs = out.stride(0), cs = out.stride(1);
+    const double scale = detail::entry_scale(op);
+    if (is_dense(op.kind)) {
+      detail::parallel_for(cols, 16, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t c = b; c < e; ++c) dense_column(op, col0 + c, row0, row0 + rows, scale, base + c * cs, rs);
+      });
+      return;
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t c = 0; c < cols; ++c) base[i * rs + c * cs] = T(0);
+    }
+    if (is_sparse(op.kind)) {
+      const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+      detail::parallel_for(cols, 256, [&](std::int64_t b, std::int64_t e) {
+        std::vector<std::int32_t> r(static_cast<std::size_t>(nnz));
+        std::vector<std::int8_t> sg(static_cast<std::size_t>(nnz));
+        std::vector<std::uint8_t> seen;
+        for (std::int64_t c = b; c < e; ++c) {
+          detail::sparse_column(op, col0 + c, r.data(), sg.data(), seen);
+          for (std::int64_t k = 0; k < nnz; ++k) {
+            const std::int64_t i = r[static_cast<std::size_t>(k)] - row0;
+            if (i >= 0 && i < rows) base[i * rs + c * cs] = static_cast<T>(scale * sg[static_cast<std::size_t>(k)]);
+          }
+        }
+      });
+    } else {
+      const detail::SrhtStructure s = detail::srht_structure(op);
+      detail::parallel_for(rows, 16, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          const auto sampled = static_cast<std::uint32_t>(s.rows[static_cast<std::size_t>(row0 + i)]);
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const auto j = static_cast<std::uint32_t>(col0 + c);
+            const int parity = __builtin_popcount(sampled & j) & 1;
+            const double v = scale * s.signs[j] * (parity ? -1.0 : 1.0);
+            base[i * rs + c * cs] = static_cast<T>(v);
+          }
+        }
+      });
+    }
+  };
+  if (out.dtype() == DType::float64) {
+    fill(static_cast<double*>(out.data()));
+  } else {
+    fill(static_cast<float*>(out.data()));
+  }
+}
+
+std::vector<std::int64_t> sketch_apply_output_shape(const SketchOperator& op, const TensorView& a, Side side,
+                                                    bool transpose) {
+  const char* kOp = "sketch.apply";
+  validate_sketch(op);
+  check_array(a, kOp, "a");
+  const std::int64_t m = transpose ? op.cols : op.rows, n = transpose ? op.rows : op.cols;
+  if (a.ndim() < 1) detail::fail<shape_error>(kOp, "a", "an array with at least 1 dimension", detail::describe_shape(a));
+  std::vector<std::int64_t> shape = a.shape();
+  if (side == Side::left) {
+    const int dim = a.ndim() == 1 ? 0 : a.ndim() - 2;
+    if (a.size(dim) != n) {
+      detail::fail<shape_error>(kOp, "a", "shape (..., " + std::to_string(n) + ", p) for a left application of a (" +
+                                              std::to_string(m) + ", " + std::to_string(n) + ") operator",
+                                detail::describe_shape(a));
+    }
+    shape[static_cast<std::size_t>(dim)] = m;
+  } else {
+    if (a.size(-1) != m) {
+      detail::fail<shape_error>(kOp, "a", "shape (..., p, " + std::to_string(m) + ") for a right application of a (" +
+                                              std::to_string(m) + ", " + std::to_string(n) + ") operator",
+                                detail::describe_shape(a));
+    }
+    shape.back() = n;
+  }
+  return shape;
+}
+
+void sketch_apply(const SketchOperator& op, const TensorView& a, const TensorView& out, Side side, bool transpose) {
+  const char* kOp = "sketch.apply";
+  const auto expected = sketch_apply_output_shape(op, a, side, transpose);
+  check_array(out, kOp, "out", &a);
+  if (out.shape() != expected) {
+    detail::fail<shape_error>(kOp, "out", "shape " + shape_to_string(expected), detail::describe_shape(out));
+  }
+  if (!detail::has_unique_elements(out)) {
+    detail::fail<std::invalid_argument>(kOp, "out", "an array whose elements do not share memory",
+                                        "strides " + shape_to_string(out.strides()));
+  }
+  if (detail::overlaps(out, a)) {
+    detail::fail<std::invalid_argument>(kOp, "out", "memory disjoint from a", "an array overlapping a");
+  }
+  if (a.numel() == 0 || out.numel() == 0) return;
+  // Sᵀ·A = (Aᵀ·S)ᵀ and A·Sᵀ = (S·Aᵀ)ᵀ: a transposed operator swaps the side and works on
+  // transposed views of a and out.
+  const bool column = side == Side::left;
+  TensorView av = as_matrix(a, column), ov = as_matrix(out, column);
+  Side effective = side;
+  if (transpose) {
+    av = transposed(av);
+    ov = transposed(ov);
+    effective = side == Side::left ? Side::right : Side::left;
+  }
+  if (a.dtype() == DType::float64) {
+    apply_batch<double>(op, av, ov, effective);
+  } else {
+    apply_batch<float>(op, av, ov, effective);
+  }
+}
+
+}  // namespace sketchcore
