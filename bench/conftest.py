@@ -23,6 +23,8 @@ PAIRED: dict[tuple[str, str, str], list[float]] = {}
 TARGETS: dict[tuple[str, str, str], float] = {}
 # Other measured quantities with a bound: name -> (value, bound, unit, "≤" or "≥")
 BOUNDS: dict[str, tuple[float, float, str, str]] = {}
+# Measured quantities without a target, reported as they are: name -> text
+INFO: dict[str, str] = {}
 
 
 def median_confidence_interval(values, level=0.95, resamples=4000):
@@ -96,6 +98,8 @@ def _report():
             verdict = "met" if median >= t else ("within noise" if high >= t else "MISSED")
             line += f"  target ≥ {t:.2f}×: {verdict}"
         lines.append(line)
+    for name, text in INFO.items():
+        lines.append(f"{name}: {text}")
     for name, (value, bound, unit, sense) in BOUNDS.items():
         ok = value <= bound if sense == "≤" else value >= bound
         lines.append(f"{name}: {value:.3g} {unit} (target {sense} {bound:g} {unit}): {'met' if ok else 'MISSED'}")

@@ -53,6 +53,21 @@ SKETCHCORE_HOST_DEVICE double dense_from_block(SketchKind kind, const Philox4x32
   }
 }
 
+/// All four unscaled entries of a block (lanes 0–3), sharing Box–Muller's transcendental
+/// functions between the two lanes of a pair; equal to dense_from_block lane by lane.
+SKETCHCORE_HOST_DEVICE void dense_block_values(SketchKind kind, const Philox4x32& w, double values[4]) {
+  if (kind == SketchKind::gaussian) {
+    for (int pair = 0; pair < 2; ++pair) {
+      const double radius = std::sqrt(-2.0 * std::log(open_unit(w.v[2 * pair])));
+      const double angle = 6.283185307179586 * open_unit(w.v[2 * pair + 1]);
+      values[2 * pair] = radius * std::cos(angle);
+      values[2 * pair + 1] = radius * std::sin(angle);
+    }
+    return;
+  }
+  for (int lane = 0; lane < 4; ++lane) values[lane] = dense_from_block(kind, w, lane);
+}
+
 /// Unscaled entry (i, j) of a dense kind.
 SKETCHCORE_HOST_DEVICE double dense_entry(SketchKind kind, std::uint64_t seed, std::int64_t i, std::int64_t j) {
   return dense_from_block(kind, dense_block(kind, seed, i, j), static_cast<int>(i & 3));

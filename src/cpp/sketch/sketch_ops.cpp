@@ -46,27 +46,30 @@ void check_array(const TensorView& v, const char* op, const char* name, const Te
 
 // ------------------------------------------------------------------- dense generation
 
-/// Writes rows [i0, i1) of column j of S (times `scale`) to dst[(i − i0) · stride].
+/// Writes S[i0 : i1, j0 : j1] (times `scale`) to dst[(i − i0)·rs + (j − j0)·cs], sweeping
+/// each group of four rows (one Philox block per column) along the columns, so that a
+/// row-major destination is written as four sequential streams. Parallel over groups.
 template <class T>
-void dense_column(const SketchOperator& op, std::int64_t j, std::int64_t i0, std::int64_t i1, double scale, T* dst,
-                  std::int64_t stride) {
-  std::int64_t i = i0;
-  while (i < i1) {
-    const detail::Philox4x32 block = detail::dense_block(op.kind, op.seed, i, j);
-    const std::int64_t group_end = std::min(i1, (i | 3) + 1);
-    for (; i < group_end; ++i) {
-      dst[(i - i0) * stride] = static_cast<T>(scale * detail::dense_from_block(op.kind, block, static_cast<int>(i & 3)));
+void dense_block_into(const SketchOperator& op, std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1,
+                      double scale, T* dst, std::int64_t rs, std::int64_t cs) {
+  const std::int64_t first_group = i0 >> 2, groups = ((i1 + 3) >> 2) - first_group;
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(j1 - j0, 1));
+  detail::parallel_for(groups, grain, [&](std::int64_t g0, std::int64_t g1) {
+    double values[4];
+    for (std::int64_t g = first_group + g0; g < first_group + g1; ++g) {
+      const std::int64_t lo = std::max(i0, g * 4), hi = std::min(i1, g * 4 + 4);
+      for (std::int64_t j = j0; j < j1; ++j) {
+        detail::dense_block_values(op.kind, detail::dense_block(op.kind, op.seed, lo, j), values);
+        for (std::int64_t i = lo; i < hi; ++i) dst[(i - i0) * rs + (j - j0) * cs] = static_cast<T>(scale * values[i & 3]);
+      }
     }
-  }
+  });
 }
 
-/// S[:, j0 : j0 + width] into a row-major (rows × width) tile, in parallel over columns.
+/// S[:, j0 : j0 + width] into a row-major (rows × width) tile.
 template <class T>
 void dense_tile(const SketchOperator& op, std::int64_t j0, std::int64_t width, double scale, T* tile) {
-  detail::parallel_for(width, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(op.rows, 1)),
-                       [&](std::int64_t b, std::int64_t e) {
-                         for (std::int64_t c = b; c < e; ++c) dense_column(op, j0 + c, 0, op.rows, scale, tile + c, width);
-                       });
+  dense_block_into(op, 0, op.rows, j0, j0 + width, scale, tile, width, 1);
 }
 
 // --------------------------------------------------------------------- 2-D operands
@@ -100,119 +103,164 @@ Mat<T> writable(const TensorView& v, detail::Scratch<T>& scratch, bool& staged) 
 }
 
 // ------------------------------------------------------------------------- applying
+//
+// Four products, each computed directly (never through a transposed copy of an operand):
+//   left  S·A  (A: n × p → m × p)      right  A·S  (A: q × m → q × n)
+//   left  Sᵀ·A (A: m × p → n × p)      right  A·Sᵀ (A: q × n → q × m)
 
 template <class T>
 void zero(const Mat<T>& m) {
   for (std::int64_t i = 0; i < m.rows; ++i) std::fill(m.row(i), m.row(i) + m.cols, T(0));
 }
 
-/// out (m × p) = S · A (n × p).
+/// Rows from r0 / columns from c0 of a BLAS operand of either layout.
 template <class T>
-void apply_left(const SketchOperator& op, const Mat<T>& a, const Mat<T>& out) {
-  const std::int64_t m = op.rows, n = op.cols, p = a.cols;
-  const double scale = detail::entry_scale(op);
-  if (p == 0) return;
-  if (is_dense(op.kind)) {
-    const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
-    detail::Scratch<T> tile(m * width);
-    for (std::int64_t j0 = 0; j0 < n; j0 += width) {
-      const std::int64_t w = std::min(width, n - j0);
-      dense_tile<T>(op, j0, w, 1.0, tile.data());
-      detail::gemm<T>(m, p, w, static_cast<T>(scale), {tile.data(), false, w}, {a.row(j0), false, a.ld}, out.data,
-                      out.ld, j0 == 0 ? T(0) : T(1));
+detail::BlasMatrix<T> from_row(const detail::BlasMatrix<T>& a, std::int64_t r0) {
+  return {a.data + (a.transposed ? r0 : r0 * a.ld), a.transposed, a.ld};
+}
+template <class T>
+detail::BlasMatrix<T> from_col(const detail::BlasMatrix<T>& a, std::int64_t c0) {
+  return {a.data + (a.transposed ? c0 * a.ld : c0), a.transposed, a.ld};
+}
+
+/// Dense kinds: S generated in column tiles of `width` into pooled memory, then BLAS.
+template <class T>
+void apply_dense(const SketchOperator& op, Side side, bool transpose, const detail::BlasMatrix<T>& a,
+                 std::int64_t a_rows, std::int64_t a_cols, const Mat<T>& out) {
+  const std::int64_t m = op.rows, n = op.cols;
+  const T scale = static_cast<T>(detail::entry_scale(op));
+  const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
+  detail::Scratch<T> tile_buffer(m * width);
+  T* tile = tile_buffer.data();
+  for (std::int64_t j0 = 0; j0 < n; j0 += width) {
+    const std::int64_t w = std::min(width, n - j0);
+    dense_tile<T>(op, j0, w, 1.0, tile);  // S[:, j0 : j0 + w], m × w
+    const detail::BlasMatrix<T> t{tile, false, w}, t_transposed{tile, true, w};
+    const T beta = j0 == 0 ? T(0) : T(1);
+    if (side == Side::left && !transpose) {  // out += S[:, J] · A[J, :]
+      detail::gemm<T>(m, a_cols, w, scale, t, from_row(a, j0), out.data, out.ld, beta);
+    } else if (side == Side::right && !transpose) {  // out[:, J] = A · S[:, J]
+      detail::gemm<T>(a_rows, w, m, scale, a, t, out.data + j0, out.ld);
+    } else if (side == Side::left) {  // out[J, :] = S[:, J]ᵀ · A
+      detail::gemm<T>(w, a_cols, m, scale, t_transposed, a, out.row(j0), out.ld);
+    } else {  // out += A[:, J] · S[:, J]ᵀ
+      detail::gemm<T>(a_rows, m, w, scale, from_col(a, j0), t_transposed, out.data, out.ld, beta);
     }
-  } else if (is_sparse(op.kind)) {
-    const detail::SparseStructure s = detail::sparse_structure(op);
-    const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+  }
+}
+
+/// Sparse kinds: loops over the nnz nonzeros of each column of S.
+template <class T>
+void apply_sparse(const SketchOperator& op, Side side, bool transpose, const Mat<T>& a, const Mat<T>& out) {
+  const detail::SparseStructure s = detail::sparse_structure(op);
+  const std::int64_t n = op.cols, nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+  const double scale = detail::entry_scale(op);
+  auto value = [&](std::int64_t j, std::int64_t k) { return static_cast<T>(scale * s.signs[static_cast<std::size_t>(j * nnz + k)]); };
+  auto row_of = [&](std::int64_t j, std::int64_t k) { return std::int64_t(s.rows[static_cast<std::size_t>(j * nnz + k)]); };
+  if (side == Side::left && !transpose) {  // out[r, :] += v · A[j, :]; threads split the columns
     zero(out);
-    detail::parallel_for(p, 64, [&](std::int64_t c0, std::int64_t c1) {
+    detail::parallel_for(out.cols, 64, [&](std::int64_t c0, std::int64_t c1) {
       for (std::int64_t j = 0; j < n; ++j) {
-        const T* src = a.row(j);
         for (std::int64_t k = 0; k < nnz; ++k) {
-          const auto idx = static_cast<std::size_t>(j * nnz + k);
-          const T v = static_cast<T>(scale * s.signs[idx]);
-          T* dst = out.row(s.rows[idx]);
+          const T v = value(j, k);
+          const T* src = a.row(j);
+          T* dst = out.row(row_of(j, k));
           for (std::int64_t c = c0; c < c1; ++c) dst[c] += v * src[c];
         }
       }
     });
-  } else {  // srht: out = scale · R · H · (D·A padded with zeros)
-    const detail::SrhtStructure s = detail::srht_structure(op);
-    const std::int64_t np = s.padded;
-    const std::int64_t chunk = std::clamp<std::int64_t>((std::int64_t{1} << 18) / np, 1, p);
-    detail::parallel_for((p + chunk - 1) / chunk, 1, [&](std::int64_t b, std::int64_t e) {
-      detail::Scratch<T> buffer(np * chunk);
-      for (std::int64_t blk = b; blk < e; ++blk) {
-        const std::int64_t c0 = blk * chunk, width = std::min(chunk, p - c0);
-        T* w = buffer.data();
-        for (std::int64_t r = 0; r < np; ++r) {
-          T* row = w + r * width;
-          if (r < n) {
-            const T sign = static_cast<T>(s.signs[static_cast<std::size_t>(r)]);
-            for (std::int64_t c = 0; c < width; ++c) row[c] = sign * a.row(r)[c0 + c];
-          } else {
-            std::fill(row, row + width, T(0));
-          }
+  } else if (side == Side::left) {  // out[j, :] = Σ_k v · A[r, :]; threads split the rows
+    detail::parallel_for(n, 16, [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) {
+        T* dst = out.row(j);
+        std::fill(dst, dst + out.cols, T(0));
+        for (std::int64_t k = 0; k < nnz; ++k) {
+          const T v = value(j, k);
+          const T* src = a.row(row_of(j, k));
+          for (std::int64_t c = 0; c < out.cols; ++c) dst[c] += v * src[c];
         }
-        detail::fwht_rows(w, np, width);
-        for (std::int64_t t = 0; t < m; ++t) {
-          const T* src = w + std::int64_t(s.rows[static_cast<std::size_t>(t)]) * width;
-          for (std::int64_t c = 0; c < width; ++c) out.row(t)[c0 + c] = static_cast<T>(scale) * src[c];
+      }
+    });
+  } else {  // right: one output row per input row
+    detail::parallel_for(a.rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n * nnz, 1)),
+                         [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const T* src = a.row(i);
+        T* dst = out.row(i);
+        if (!transpose) {  // (A·S)[i, j] = Σ_k v · A[i, r]
+          for (std::int64_t j = 0; j < n; ++j) {
+            T acc = T(0);
+            for (std::int64_t k = 0; k < nnz; ++k) acc += value(j, k) * src[row_of(j, k)];
+            dst[j] = acc;
+          }
+        } else {  // (A·Sᵀ)[i, r] += v · A[i, j]
+          std::fill(dst, dst + out.cols, T(0));
+          for (std::int64_t j = 0; j < n; ++j) {
+            for (std::int64_t k = 0; k < nnz; ++k) dst[row_of(j, k)] += value(j, k) * src[j];
+          }
         }
       }
     });
   }
 }
 
-/// out (q × n) = A (q × m) · S.
+/// SRHT: S = scale · R·H·D (first n columns), H the ±1 Walsh–Hadamard matrix of order n'.
 template <class T>
-void apply_right(const SketchOperator& op, const Mat<T>& a, const Mat<T>& out) {
-  const std::int64_t m = op.rows, n = op.cols, q = a.rows;
-  const double scale = detail::entry_scale(op);
-  if (q == 0) return;
-  if (is_dense(op.kind)) {
-    const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
-    detail::Scratch<T> tile(m * width);
-    for (std::int64_t j0 = 0; j0 < n; j0 += width) {
-      const std::int64_t w = std::min(width, n - j0);
-      dense_tile<T>(op, j0, w, 1.0, tile.data());
-      detail::gemm<T>(q, w, m, static_cast<T>(scale), {a.data, false, a.ld}, {tile.data(), false, w}, out.data + j0,
-                      out.ld);
-    }
-  } else if (is_sparse(op.kind)) {
-    const detail::SparseStructure s = detail::sparse_structure(op);
-    const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
-    detail::parallel_for(q, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n * nnz, 1)),
-                         [&](std::int64_t i0, std::int64_t i1) {
-                           for (std::int64_t i = i0; i < i1; ++i) {
-                             const T* src = a.row(i);
-                             T* dst = out.row(i);
-                             for (std::int64_t j = 0; j < n; ++j) {
-                               double acc = 0;
-                               for (std::int64_t k = 0; k < nnz; ++k) {
-                                 const auto idx = static_cast<std::size_t>(j * nnz + k);
-                                 acc += s.signs[idx] * static_cast<double>(src[s.rows[idx]]);
-                               }
-                               dst[j] = static_cast<T>(scale * acc);
-                             }
-                           }
-                         });
-  } else {  // srht: out[i, j] = scale · D[j] · (H · w)[j], w = A[i, :] scattered to the sampled rows
-    const detail::SrhtStructure s = detail::srht_structure(op);
-    const std::int64_t np = s.padded;
-    detail::parallel_for(q, std::max<std::int64_t>(1, 65536 / np), [&](std::int64_t i0, std::int64_t i1) {
-      detail::Scratch<T> buffer(np);
+void apply_srht(const SketchOperator& op, Side side, bool transpose, const Mat<T>& a, const Mat<T>& out) {
+  const detail::SrhtStructure s = detail::srht_structure(op);
+  const std::int64_t m = op.rows, n = op.cols, np = s.padded;
+  const T scale = static_cast<T>(detail::entry_scale(op));
+  auto sign = [&](std::int64_t j) { return static_cast<T>(s.signs[static_cast<std::size_t>(j)]); };
+  auto sampled = [&](std::int64_t t) { return std::int64_t(s.rows[static_cast<std::size_t>(t)]); };
+  if (side == Side::left) {  // transform the columns of A, a chunk of columns at a time
+    const std::int64_t p = a.cols, chunk = std::clamp<std::int64_t>((std::int64_t{1} << 18) / np, 1, p);
+    detail::parallel_for((p + chunk - 1) / chunk, 1, [&](std::int64_t b, std::int64_t e) {
+      detail::Scratch<T> buffer(np * chunk);
       T* w = buffer.data();
-      for (std::int64_t i = i0; i < i1; ++i) {
-        std::fill(w, w + np, T(0));
-        for (std::int64_t t = 0; t < m; ++t) w[s.rows[static_cast<std::size_t>(t)]] = a.row(i)[t];
-        detail::fwht_rows(w, np, 1);
-        for (std::int64_t j = 0; j < n; ++j) {
-          out.row(i)[j] = static_cast<T>(scale * s.signs[static_cast<std::size_t>(j)]) * w[j];
+      for (std::int64_t blk = b; blk < e; ++blk) {
+        const std::int64_t c0 = blk * chunk, width = std::min(chunk, p - c0);
+        std::fill(w, w + np * width, T(0));
+        if (!transpose) {  // w = D·A (zero-padded to n' rows)
+          for (std::int64_t r = 0; r < n; ++r) {
+            for (std::int64_t c = 0; c < width; ++c) w[r * width + c] = sign(r) * a.row(r)[c0 + c];
+          }
+        } else {  // w = Rᵀ·A: row t of A goes to row R[t]
+          for (std::int64_t t = 0; t < m; ++t) {
+            for (std::int64_t c = 0; c < width; ++c) w[sampled(t) * width + c] = a.row(t)[c0 + c];
+          }
+        }
+        detail::fwht_rows(w, np, width);
+        if (!transpose) {  // out = scale · R·w
+          for (std::int64_t t = 0; t < m; ++t) {
+            for (std::int64_t c = 0; c < width; ++c) out.row(t)[c0 + c] = scale * w[sampled(t) * width + c];
+          }
+        } else {  // out = scale · D·w, first n rows
+          for (std::int64_t j = 0; j < n; ++j) {
+            for (std::int64_t c = 0; c < width; ++c) out.row(j)[c0 + c] = scale * sign(j) * w[j * width + c];
+          }
         }
       }
     });
+    return;
   }
+  detail::parallel_for(a.rows, std::max<std::int64_t>(1, 65536 / np), [&](std::int64_t i0, std::int64_t i1) {
+    detail::Scratch<T> buffer(np);
+    T* w = buffer.data();
+    for (std::int64_t i = i0; i < i1; ++i) {
+      std::fill(w, w + np, T(0));
+      if (!transpose) {  // (A·S)[i, :] = scale · D·H·(Rᵀ·A[i, :])
+        for (std::int64_t t = 0; t < m; ++t) w[sampled(t)] = a.row(i)[t];
+      } else {  // (A·Sᵀ)[i, :] = scale · R·H·D·A[i, :]
+        for (std::int64_t j = 0; j < n; ++j) w[j] = sign(j) * a.row(i)[j];
+      }
+      detail::fwht_rows(w, np, 1);
+      if (!transpose) {
+        for (std::int64_t j = 0; j < n; ++j) out.row(i)[j] = scale * sign(j) * w[j];
+      } else {
+        for (std::int64_t t = 0; t < m; ++t) out.row(i)[t] = scale * w[sampled(t)];
+      }
+    }
+  });
 }
 
 /// 2-D views of one batch element: the last two dimensions of `v` at `offset` elements.
@@ -236,17 +284,8 @@ std::vector<std::int64_t> batch_offsets(const TensorView& v) {
   return offsets;
 }
 
-/// `v` with its last two dimensions swapped (a view: strides only).
-TensorView transposed(const TensorView& v) {
-  auto shape = v.shape();
-  auto strides = v.strides();
-  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
-  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
-  return TensorView(v.data(), v.dtype(), shape, strides, v.device());
-}
-
-/// A 1-D operand as the 2-D view the application needs: (len, 1) for a left operand,
-/// (1, len) for a right one.
+/// A 1-D operand as a 2-D view: (len, 1) when it is the left operand's column, (1, len)
+/// when it is a row.
 TensorView as_matrix(const TensorView& v, bool column) {
   if (v.ndim() != 1) return v;
   if (column) return TensorView(v.data(), v.dtype(), {v.size(0), 1}, {v.stride(0), 1}, v.device());
@@ -254,18 +293,28 @@ TensorView as_matrix(const TensorView& v, bool column) {
 }
 
 template <class T>
-void apply_batch(const SketchOperator& op, const TensorView& a, const TensorView& out, Side side) {
+void apply_batch(const SketchOperator& op, const TensorView& a, const TensorView& out, Side side, bool transpose) {
   const auto a_offsets = batch_offsets(a), out_offsets = batch_offsets(out);
   for (std::size_t b = 0; b < a_offsets.size(); ++b) {
     detail::Scratch<T> a_scratch, out_scratch;
     const TensorView ab = matrix_at(a, a_offsets[b]), ob = matrix_at(out, out_offsets[b]);
-    const Mat<T> am = readable<T>(ab, a_scratch);
     bool staged = false;
     const Mat<T> om = writable<T>(ob, out_scratch, staged);
-    if (side == Side::left) {
-      apply_left<T>(op, am, om);
+    if (is_dense(op.kind)) {  // BLAS reads either layout: pack only when it has neither
+      const detail::RowMatrix rm = detail::as_row_matrix(ab);
+      auto operand = detail::blas_operand<T>(ab, rm);
+      if (!operand) {
+        const Mat<T> packed = readable<T>(ab, a_scratch);
+        operand = detail::BlasMatrix<T>{packed.data, false, packed.ld};
+      }
+      apply_dense<T>(op, side, transpose, *operand, ab.size(0), ab.size(1), om);
     } else {
-      apply_right<T>(op, am, om);
+      const Mat<T> am = readable<T>(ab, a_scratch);
+      if (is_sparse(op.kind)) {
+        apply_sparse<T>(op, side, transpose, am, om);
+      } else {
+        apply_srht<T>(op, side, transpose, am, om);
+      }
     }
     if (staged) detail::scatter_rows<T>(om.data, om.ld, ob, 0, om.rows);
   }
@@ -342,9 +391,7 @@ void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64
     const std::int64_t rs = out.stride(0), cs = out.stride(1);
     const double scale = detail::entry_scale(op);
     if (is_dense(op.kind)) {
-      detail::parallel_for(cols, 16, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t c = b; c < e; ++c) dense_column(op, col0 + c, row0, row0 + rows, scale, base + c * cs, rs);
-      });
+      dense_block_into(op, row0, row0 + rows, col0, col0 + cols, scale, base, rs, cs);
       return;
     }
     for (std::int64_t i = 0; i < rows; ++i) {
@@ -428,20 +475,12 @@ void sketch_apply(const SketchOperator& op, const TensorView& a, const TensorVie
     detail::fail<std::invalid_argument>(kOp, "out", "memory disjoint from a", "an array overlapping a");
   }
   if (a.numel() == 0 || out.numel() == 0) return;
-  // Sᵀ·A = (Aᵀ·S)ᵀ and A·Sᵀ = (S·Aᵀ)ᵀ: a transposed operator swaps the side and works on
-  // transposed views of a and out.
   const bool column = side == Side::left;
-  TensorView av = as_matrix(a, column), ov = as_matrix(out, column);
-  Side effective = side;
-  if (transpose) {
-    av = transposed(av);
-    ov = transposed(ov);
-    effective = side == Side::left ? Side::right : Side::left;
-  }
+  const TensorView av = as_matrix(a, column), ov = as_matrix(out, column);
   if (a.dtype() == DType::float64) {
-    apply_batch<double>(op, av, ov, effective);
+    apply_batch<double>(op, av, ov, side, transpose);
   } else {
-    apply_batch<float>(op, av, ov, effective);
+    apply_batch<float>(op, av, ov, side, transpose);
   }
 }
 
