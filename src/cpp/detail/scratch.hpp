@@ -18,6 +18,9 @@ class Scratch {
   explicit Scratch(std::int64_t count) { allocate(count); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
+  Scratch(Scratch&& other) noexcept
+      : resource_(std::exchange(other.resource_, nullptr)), data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
   ~Scratch() { release(); }
 
   /// (Re)allocates room for `count` elements; throws out_of_memory on failure.
@@ -31,6 +34,7 @@ class Scratch {
     return data_;
   }
   T* data() const noexcept { return data_; }
+  T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:
   void release() noexcept {

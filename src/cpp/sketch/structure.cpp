@@ -45,8 +45,8 @@ void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows,
 SparseStructure sparse_structure(const SketchOperator& op) {
   const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
   SparseStructure s;
-  s.rows.resize(static_cast<std::size_t>(op.cols * nnz));
-  s.signs.resize(s.rows.size());
+  s.rows.allocate(op.cols * nnz);
+  s.signs.allocate(op.cols * nnz);
   parallel_for(op.cols, std::max<std::int64_t>(1, 4096 / nnz), [&](std::int64_t begin, std::int64_t end) {
     std::vector<std::uint8_t> seen;
     for (std::int64_t j = begin; j < end; ++j) {
@@ -59,14 +59,14 @@ SparseStructure sparse_structure(const SketchOperator& op) {
 SrhtStructure srht_structure(const SketchOperator& op) {
   SrhtStructure s;
   while (s.padded < op.cols) s.padded *= 2;
-  s.signs.resize(static_cast<std::size_t>(s.padded));
+  s.signs.allocate(s.padded);
   for (std::int64_t j = 0; j < s.padded; j += 4) {
     const Philox4x32 w = sketch_block(op.seed, static_cast<std::uint32_t>(j >> 2), 0u, kSrhtSignStream);
     for (int l = 0; l < 4 && j + l < s.padded; ++l) {
       s.signs[static_cast<std::size_t>(j + l)] = (w.v[l] >> 31) ? std::int8_t(-1) : std::int8_t(1);
     }
   }
-  s.rows.resize(static_cast<std::size_t>(op.rows));
+  s.rows.allocate(op.rows);
   WordStream words(op.seed, 0u, kSrhtRowStream);
   std::vector<std::uint8_t> seen;
   floyd_sample(words, s.padded, op.rows, s.rows.data(), seen);

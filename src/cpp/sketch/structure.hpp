@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "detail/scratch.hpp"
 #include "sketchcore/sketch.hpp"
 
 namespace sketchcore::detail {
@@ -13,10 +14,11 @@ namespace sketchcore::detail {
 void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows, std::int8_t* signs,
                    std::vector<std::uint8_t>& seen);
 
-/// All columns [0, cols): rows and signs in column-major blocks of nnz, built in parallel.
+/// All columns [0, cols): rows and signs in column-major blocks of nnz, built in parallel
+/// into pooled memory.
 struct SparseStructure {
-  std::vector<std::int32_t> rows;
-  std::vector<std::int8_t> signs;
+  Scratch<std::int32_t> rows;
+  Scratch<std::int8_t> signs;
 };
 SparseStructure sparse_structure(const SketchOperator& op);
 
@@ -24,8 +26,8 @@ SparseStructure sparse_structure(const SketchOperator& op);
 /// the m sampled rows of n' in ascending order.
 struct SrhtStructure {
   std::int64_t padded = 1;
-  std::vector<std::int8_t> signs;
-  std::vector<std::int32_t> rows;
+  Scratch<std::int8_t> signs;
+  Scratch<std::int32_t> rows;
 };
 SrhtStructure srht_structure(const SketchOperator& op);
 
