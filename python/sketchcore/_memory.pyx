@@ -3,6 +3,7 @@
 from libcpp.string cimport string
 
 from sketchcore cimport _sketchcore as core
+from sketchcore._errors cimport check
 from sketchcore._sketchcore cimport ErrorKind, MemoryStats
 
 
@@ -29,11 +30,11 @@ def empty_cache():
 def set_limit(nbytes):
     cdef string message
     if nbytes is None:
-        core.host_pool_set_limit(False, 0, message)
+        check(core.host_pool_set_limit(False, 0, message), message)
         return
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
         raise TypeError(f"nbytes: expected an int or None, got {type(nbytes).__name__}")
     nbytes = nbytes.__index__()
     if nbytes <= 0:
         raise ValueError(f"set_limit: nbytes: expected a positive number of bytes or None, got {nbytes}")
-    core.host_pool_set_limit(True, nbytes, message)
+    check(core.host_pool_set_limit(True, nbytes, message), message)

@@ -11,6 +11,7 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array
+from sketchcore._errors cimport check
 from sketchcore._sketchcore cimport ErrorKind, TensorView
 
 from sketchcore._dlpack import DLPackBuffer
@@ -19,17 +20,6 @@ import numpy
 
 _numpy_ndarray = numpy.ndarray
 _numpy_empty = numpy.empty
-
-
-cdef int _raise(ErrorKind kind, const string& message) except -1:
-    text = message.decode("utf-8", "replace")
-    if kind == ErrorKind.value:
-        raise ValueError(text)
-    if kind == ErrorKind.type:
-        raise TypeError(text)
-    if kind == ErrorKind.memory:
-        raise MemoryError(text or "sketchcore: out of memory")
-    raise RuntimeError(text)
 
 
 def _empty_like(x, shape, str dtype):
@@ -145,8 +135,7 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     cdef string message
     cdef vector[int64_t] shape
     cdef ErrorKind kind = core.output_shape(xt.view, st.view, ut.view, shape, message)
-    if kind != ErrorKind.none:
-        _raise(kind, message)
+    check(kind, message)
 
     cdef ImportedTensor ot
     if out is None:
@@ -167,17 +156,14 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     with nogil:
         kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, scale_value, act,
                                     dropout_value, seed_value, message)
-    if kind != ErrorKind.none:
-        _raise(kind, message)
+    check(kind, message)
     return out
 
 
 def set_num_threads(int num_threads):
     """Sets how many CPU threads sketchcore (its own loops and its BLAS) may use (≥ 1)."""
     cdef string message
-    cdef ErrorKind kind = core.set_num_threads(num_threads, message)
-    if kind != ErrorKind.none:
-        _raise(kind, message)
+    check(core.set_num_threads(num_threads, message), message)
 
 
 def get_num_threads():

@@ -6,27 +6,15 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array
+from sketchcore._errors cimport check
 from sketchcore._sketchcore cimport ErrorKind
 
 from sketchcore._ops import _empty_like
 
 
-cdef int _check(ErrorKind kind, const string& message) except -1:
-    if kind == ErrorKind.none:
-        return 0
-    text = message.decode("utf-8", "replace")
-    if kind == ErrorKind.value:
-        raise ValueError(text)
-    if kind == ErrorKind.type:
-        raise TypeError(text)
-    if kind == ErrorKind.memory:
-        raise MemoryError(text)
-    raise RuntimeError(text)
-
-
 def validate(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled):
     cdef string message
-    _check(core.sketch_validate(kind.encode(), m, n, seed, nnz, scaled, message), message)
+    check(core.sketch_validate(kind.encode(), m, n, seed, nnz, scaled, message), message)
 
 
 def to_dense(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled, out,
@@ -38,7 +26,7 @@ def to_dense(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint sc
     cdef ErrorKind status
     with nogil:
         status = core.sketch_to_dense(k, m, n, seed, nnz, scaled, ot.view, row0, col0, message)
-    _check(status, message)
+    check(status, message)
     return out
 
 
@@ -47,7 +35,7 @@ def apply(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scale
     cdef ImportedTensor at = import_array(a, "a", False)
     cdef string message, k = kind.encode()
     cdef vector[int64_t] shape
-    _check(core.sketch_output_shape(k, m, n, seed, nnz, scaled, at.view, right, transpose, shape, message), message)
+    check(core.sketch_output_shape(k, m, n, seed, nnz, scaled, at.view, right, transpose, shape, message), message)
     cdef ImportedTensor ot
     if out is None:
         out = _empty_like(a, tuple(shape), core.dtype_name(at.view.dtype()).decode())
@@ -57,5 +45,5 @@ def apply(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scale
     cdef ErrorKind status
     with nogil:
         status = core.sketch_apply(k, m, n, seed, nnz, scaled, at.view, ot.view, right, transpose, message)
-    _check(status, message)
+    check(status, message)
     return out
