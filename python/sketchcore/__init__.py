@@ -28,7 +28,13 @@ _load_openblas()
 
 from sketchcore import memory, sketch  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
-from sketchcore._ops import build_info, get_num_threads, set_num_threads, sketched_matmul  # noqa: E402
+from sketchcore._ops import (  # noqa: E402
+    build_info,
+    get_num_threads,
+    set_num_threads,
+    sketched_matmul,
+    sketched_matmul_backward,
+)
 
 __version__ = build_info()["version"]
 
@@ -51,5 +57,6 @@ __all__ = [
     "sketch",
     "set_num_threads",
     "sketched_matmul",
+    "sketched_matmul_backward",
     "__version__",
 ]

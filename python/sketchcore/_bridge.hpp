@@ -42,6 +42,17 @@ ErrorKind guarded(Fn&& fn, std::string& message) noexcept {
   }
 }
 
+inline sketchcore::Epilogue make_epilogue(const sketchcore::TensorView* bias, double scale, const std::string& activation,
+                                          double dropout_p, std::uint64_t seed) {
+  sketchcore::Epilogue epilogue;
+  epilogue.scale = scale;
+  epilogue.dropout_p = dropout_p;
+  epilogue.seed = seed;
+  epilogue.activation = sketchcore::parse_activation(activation);
+  if (bias) epilogue.bias = *bias;
+  return epilogue;
+}
+
 inline ErrorKind output_shape(const sketchcore::TensorView& x, const sketchcore::TensorView& S,
                               const sketchcore::TensorView& U, std::vector<int64_t>& shape,
                               std::string& message) noexcept {
@@ -52,17 +63,36 @@ inline ErrorKind sketched_matmul(const sketchcore::TensorView& x, const sketchco
                                  const sketchcore::TensorView& U, const sketchcore::TensorView& out,
                                  const sketchcore::TensorView* bias, double scale, const std::string& activation,
                                  double dropout_p, std::uint64_t seed, std::string& message) noexcept {
-  return guarded(
-      [&] {
-        sketchcore::Epilogue epilogue;
-        epilogue.scale = scale;
-        epilogue.dropout_p = dropout_p;
-        epilogue.seed = seed;
-        epilogue.activation = sketchcore::parse_activation(activation);
-        if (bias) epilogue.bias = *bias;
-        sketchcore::sketched_matmul(x, S, U, out, epilogue);
-      },
-      message);
+  return guarded([&] { sketchcore::sketched_matmul(x, S, U, out, make_epilogue(bias, scale, activation, dropout_p, seed)); },
+                 message);
+}
+
+inline ErrorKind sketched_matmul_saving(const sketchcore::TensorView& x, const sketchcore::TensorView& S,
+                                        const sketchcore::TensorView& U, const sketchcore::TensorView& out,
+                                        const sketchcore::TensorView* bias, double scale, const std::string& activation,
+                                        double dropout_p, std::uint64_t seed, const sketchcore::TensorView& intermediate,
+                                        std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::sketched_matmul(x, S, U, out, make_epilogue(bias, scale, activation, dropout_p, seed), intermediate);
+  }, message);
+}
+
+inline ErrorKind sketched_matmul_backward(const sketchcore::TensorView& grad_out, const sketchcore::TensorView& x,
+                                          const sketchcore::TensorView& S, const sketchcore::TensorView& U,
+                                          const sketchcore::TensorView& intermediate, const sketchcore::TensorView* bias,
+                                          double scale, const std::string& activation, double dropout_p,
+                                          std::uint64_t seed, const sketchcore::TensorView* dx,
+                                          const sketchcore::TensorView* dS, const sketchcore::TensorView* dU,
+                                          const sketchcore::TensorView* dbias, std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::SketchedMatmulGradients grads;
+    if (dx) grads.x = *dx;
+    if (dS) grads.S = *dS;
+    if (dU) grads.U = *dU;
+    if (dbias) grads.bias = *dbias;
+    sketchcore::sketched_matmul_backward(grad_out, x, S, U, intermediate,
+                                         make_epilogue(bias, scale, activation, dropout_p, seed), grads);
+  }, message);
 }
 
 inline ErrorKind host_pool_set_limit(bool has_limit, std::size_t limit, std::string& message) noexcept {

@@ -19,7 +19,22 @@ def sketched_matmul(
     dropout_p: float = 0.0,
     seed: int | None = None,
     out: Any | None = None,
+    intermediate: Any | None = None,
 ) -> Any: ...
+def sketched_matmul_backward(
+    grad_out: Any,
+    x: Any,
+    S: Any,
+    U: Any,
+    intermediate: Any,
+    *,
+    bias: Any | None = None,
+    activation: Activation | None = "none",
+    scale: float = 1.0,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    needs: tuple[str, ...] = ("x", "S", "U", "bias"),
+) -> tuple[Any | None, Any | None, Any | None, Any | None]: ...
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...
 def build_info() -> BuildInfo: ...

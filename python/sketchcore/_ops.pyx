@@ -41,7 +41,44 @@ def _empty_like(x, shape, str dtype):
     return numpy.from_dlpack(DLPackBuffer(shape, dtype))
 
 
-def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None):
+cdef class _EpilogueArgs:
+    """Checked epilogue arguments shared by the forward and the backward."""
+    cdef string activation
+    cdef double scale
+    cdef double dropout_p
+    cdef uint64_t seed
+
+
+cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed):
+    cdef _EpilogueArgs e = _EpilogueArgs.__new__(_EpilogueArgs)
+    if activation is None:
+        activation = "none"
+    elif not isinstance(activation, str):
+        raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
+    e.activation = activation.encode("utf-8")
+    # Exact float/int first: the numbers.Real check goes through the ABC machinery.
+    if type(scale) is not float and type(scale) is not int and not isinstance(scale, Real):
+        raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
+    e.scale = scale
+    if type(dropout_p) is not float and type(dropout_p) is not int and not isinstance(dropout_p, Real):
+        raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
+    e.dropout_p = dropout_p
+    e.seed = 0
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, Integral):
+            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"sketched_matmul: seed: expected an integer in [0, 2**64), got {seed}")
+        e.seed = seed
+    elif e.dropout_p != 0.0:
+        if not draw_seed:
+            raise ValueError("sketched_matmul_backward: seed: expected the forward's dropout seed, got None")
+        e.seed = secrets.randbits(64)
+    return e
+
+
+def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
+                    intermediate=None):
     """Sketched matrix product with a fused epilogue.
 
     Computes ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias), dropout_p, seed)``
@@ -76,6 +113,9 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     out : array, shape (..., d_out), optional
         Written in place (no copy) and returned. Must be writable, of the same dtype and
         device, and must not overlap any input.
+    intermediate : array, shape (..., T·k), optional
+        Receives Z = x @ [S_1 ... S_T] for :func:`sketched_matmul_backward` (row-major
+        rows: unit last stride and leading dimensions that collapse).
 
     Returns
     -------
@@ -102,27 +142,7 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     TypeError
         Non-arrays, integer/complex/bool or mixed dtypes, arrays on different devices.
     """
-    if activation is None:
-        activation = "none"
-    elif not isinstance(activation, str):
-        raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    # Exact float/int first: the numbers.Real check goes through the ABC machinery.
-    if type(scale) is not float and type(scale) is not int and not isinstance(scale, Real):
-        raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
-    cdef double scale_value = scale
-    if type(dropout_p) is not float and type(dropout_p) is not int and not isinstance(dropout_p, Real):
-        raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
-    cdef double dropout_value = dropout_p
-    cdef uint64_t seed_value = 0
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, Integral):
-            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"sketched_matmul: seed: expected an integer in [0, 2**64), got {seed}")
-        seed_value = seed
-    elif dropout_value != 0.0:
-        seed_value = secrets.randbits(64)
-
+    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
     cdef ImportedTensor xt = import_array(x, "x", False)
     cdef ImportedTensor st = import_array(S, "S", False)
     cdef ImportedTensor ut = import_array(U, "U", False)
@@ -152,12 +172,82 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
             raise ValueError("sketched_matmul: out: expected the array's own memory, "
                              "got a copy made by its DLPack producer")
 
-    cdef string act = activation.encode("utf-8")
-    with nogil:
-        kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, scale_value, act,
-                                    dropout_value, seed_value, message)
+    cdef ImportedTensor zt
+    if intermediate is None:
+        with nogil:
+            kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, e.scale, e.activation,
+                                        e.dropout_p, e.seed, message)
+    else:
+        zt = import_array(intermediate, "intermediate", True)
+        if zt.read_only:
+            raise ValueError("sketched_matmul: intermediate: expected a writable array, got a read-only one")
+        with nogil:
+            kind = core.sketched_matmul_saving(xt.view, st.view, ut.view, ot.view, bias_view, e.scale, e.activation,
+                                               e.dropout_p, e.seed, zt.view, message)
     check(kind, message)
     return out
+
+
+_GRADIENTS = ("x", "S", "U", "bias")
+
+
+def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, activation="none", scale=1.0,
+                             dropout_p=0.0, seed=None, needs=("x", "S", "U", "bias")):
+    """Gradients of :func:`sketched_matmul` with respect to x, S, U and bias.
+
+    ``y = dropout(activation(scale * (x @ Sp) @ Up + bias))`` with ``Sp = [S_1 ... S_T]``;
+    given ``grad_out = dL/dy`` and the ``intermediate`` Z = x @ Sp that the forward wrote,
+    returns ``(dx, dS, dU, dbias)`` with ``None`` for the ones not in ``needs``. The
+    activation and dropout backward are fused: H is recomputed from Z with one GEMM only
+    when the activation needs it, and the dropout mask is regenerated from ``seed`` (which
+    must be the forward's). Five GEMMs at most; temporaries from the pool. Results are
+    arrays of ``grad_out``'s framework; ``relu'(0) = 0`` as in PyTorch.
+
+    Raises ValueError/TypeError as :func:`sketched_matmul`, and ValueError for an unknown
+    name in ``needs``, ``"bias"`` without a bias, or dropout without its seed.
+    """
+    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, False)
+    wanted = tuple(needs)
+    for name in wanted:
+        if name not in _GRADIENTS:
+            raise ValueError(f"sketched_matmul_backward: needs: expected names from {_GRADIENTS}, got {name!r}")
+    if "bias" in wanted and bias is None:
+        raise ValueError("sketched_matmul_backward: needs: 'bias' requested but bias is None")
+    cdef ImportedTensor gt = import_array(grad_out, "grad_out", False)
+    cdef ImportedTensor xt = import_array(x, "x", False)
+    cdef ImportedTensor st = import_array(S, "S", False)
+    cdef ImportedTensor ut = import_array(U, "U", False)
+    cdef ImportedTensor zt = import_array(intermediate, "intermediate", False)
+    cdef ImportedTensor bt = None
+    cdef const TensorView* bias_view = NULL
+    if bias is not None:
+        bt = import_array(bias, "bias", False)
+        bias_view = &bt.view
+    dtype = core.dtype_name(xt.view.dtype()).decode()
+    results = []
+    cdef list imported = []
+    cdef const TensorView* views[4]
+    cdef ImportedTensor t
+    cdef int i
+    shapes = (tuple(xt.shape), tuple(st.shape), tuple(ut.shape), (ut.shape[-1],))
+    for i, name in enumerate(_GRADIENTS):
+        views[i] = NULL
+        if name in wanted:
+            array = _empty_like(grad_out, shapes[i], dtype)
+            t = import_array(array, "grad " + name, True)
+            imported.append(t)
+            views[i] = &t.view
+            results.append(array)
+        else:
+            results.append(None)
+    cdef string message
+    cdef ErrorKind kind
+    with nogil:
+        kind = core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, bias_view, e.scale,
+                                             e.activation, e.dropout_p, e.seed, views[0], views[1], views[2],
+                                             views[3], message)
+    check(kind, message)
+    return tuple(results)
 
 
 def set_num_threads(int num_threads):

@@ -69,6 +69,15 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
                               const TensorView& out, const TensorView* bias, double scale,
                               const string& activation, double dropout_p, uint64_t seed, string& message)
     ErrorKind host_pool_set_limit(bint has_limit, size_t limit, string& message)
+    ErrorKind sketched_matmul_saving(const TensorView& x, const TensorView& S, const TensorView& U,
+                                     const TensorView& out, const TensorView* bias, double scale,
+                                     const string& activation, double dropout_p, uint64_t seed,
+                                     const TensorView& intermediate, string& message)
+    ErrorKind sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
+                                       const TensorView& U, const TensorView& intermediate, const TensorView* bias,
+                                       double scale, const string& activation, double dropout_p, uint64_t seed,
+                                       const TensorView* dx, const TensorView* dS, const TensorView* dU,
+                                       const TensorView* dbias, string& message)
     ErrorKind set_num_threads(int n, string& message)
     ErrorKind sketch_validate(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
                               string& message)

@@ -2,7 +2,10 @@
 // and dispatch to the backend of the operands' device.
 #include "sketchcore/sketched_matmul.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -85,18 +88,13 @@ Extents check_operands(const TensorView& x, const TensorView& S, const TensorVie
   return e;
 }
 
-void check_output(const TensorView& x, const TensorView& S, const TensorView& U, const TensorView& out,
-                  const Epilogue& epilogue, const Extents& e) {
-  std::vector<std::int64_t> expected(x.shape().begin(), x.shape().end() - 1);
-  expected.push_back(e.d_out);
-  if (out.shape() != expected) {
-    detail::fail<shape_error>(kOp, "out", "shape " + shape_to_string(expected), detail::describe_shape(out));
-  }
-  check_same_device_and_dtype(x, out, "out");
-  if (!detail::has_unique_elements(out)) {
-    detail::fail<std::invalid_argument>(kOp, "out", "an array whose elements do not share memory",
-                                        "strides " + shape_to_string(out.strides()));
-  }
+std::vector<std::int64_t> with_last(const TensorView& x, std::int64_t last) {
+  std::vector<std::int64_t> shape(x.shape().begin(), x.shape().end() - 1);
+  shape.push_back(last);
+  return shape;
+}
+
+void check_epilogue(const TensorView& x, const Epilogue& epilogue, const Extents& e) {
   if (epilogue.bias) {
     const TensorView& bias = *epilogue.bias;
     if (bias.ndim() != 1 || bias.size(0) != e.d_out) {
@@ -111,17 +109,40 @@ void check_output(const TensorView& x, const TensorView& S, const TensorView& U,
   if (!std::isfinite(epilogue.scale)) {
     detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(epilogue.scale));
   }
-  const std::pair<const TensorView*, const char*> inputs[] = {{&x, "x"}, {&S, "S"}, {&U, "U"}};
-  for (const auto& [input, name] : inputs) {
-    if (detail::overlaps(out, *input)) {
-      detail::fail<std::invalid_argument>(kOp, "out", "memory disjoint from the inputs",
-                                          std::string("an array overlapping ") + name);
+}
+
+/// A view the call writes: expected shape, x's dtype and device, no repeated elements,
+/// and no overlap with anything else the call reads or writes.
+void check_destination(const TensorView& v, const char* name, const std::vector<std::int64_t>& expected,
+                       const TensorView& x, std::initializer_list<std::pair<const TensorView*, const char*>> others) {
+  if (v.shape() != expected) {
+    detail::fail<shape_error>(kOp, name, "shape " + shape_to_string(expected), detail::describe_shape(v));
+  }
+  check_same_device_and_dtype(x, v, name);
+  if (!detail::has_unique_elements(v)) {
+    detail::fail<std::invalid_argument>(kOp, name, "an array whose elements do not share memory",
+                                        "strides " + shape_to_string(v.strides()));
+  }
+  for (const auto& [other, other_name] : others) {
+    if (other && detail::overlaps(v, *other)) {
+      detail::fail<std::invalid_argument>(kOp, name, std::string("memory disjoint from ") + other_name,
+                                          std::string("an array overlapping ") + other_name);
     }
   }
-  if (epilogue.bias && detail::overlaps(out, *epilogue.bias)) {
-    detail::fail<std::invalid_argument>(kOp, "out", "memory disjoint from the inputs", "an array overlapping bias");
+}
+
+/// Z must be readable and writable by BLAS as one row-major matrix.
+void check_row_major(const TensorView& v, const char* name) {
+  const detail::RowMatrix m = detail::as_row_matrix(v);
+  const bool ok = m.row_stride && (m.cols <= 1 || m.col_stride == 1) &&
+                  (m.rows <= 1 || *m.row_stride >= std::max<std::int64_t>(m.cols, 1));
+  if (!ok) {
+    detail::fail<shape_error>(kOp, name, "row-major rows (unit last stride, leading dimensions that collapse)",
+                              "strides " + shape_to_string(v.strides()));
   }
 }
+
+const TensorView* bias_of(const Epilogue& e) { return e.bias ? &*e.bias : nullptr; }
 
 }  // namespace
 
@@ -136,9 +157,68 @@ std::vector<std::int64_t> sketched_matmul_output_shape(const TensorView& x, cons
 void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U, const TensorView& out,
                      const Epilogue& epilogue) {
   const Extents e = check_operands(x, S, U);
-  check_output(x, S, U, out, epilogue, e);
+  check_epilogue(x, epilogue, e);
+  check_destination(out, "out", with_last(x, e.d_out), x, {{&x, "x"}, {&S, "S"}, {&U, "U"}, {bias_of(epilogue), "bias"}});
   const detail::SketchedMatmulProblem problem{x, S, U, out, epilogue, e.rows, e.d_in, e.terms, e.rank, e.d_out};
   backend_for(x).sketched_matmul(problem);
+}
+
+void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U, const TensorView& out,
+                     const Epilogue& epilogue, const TensorView& intermediate) {
+  const Extents e = check_operands(x, S, U);
+  check_epilogue(x, epilogue, e);
+  const auto inputs = {std::pair<const TensorView*, const char*>{&x, "x"}, {&S, "S"}, {&U, "U"}, {bias_of(epilogue), "bias"}};
+  check_destination(out, "out", with_last(x, e.d_out), x, inputs);
+  check_destination(intermediate, "intermediate", with_last(x, e.terms * e.rank), x,
+                    {{&x, "x"}, {&S, "S"}, {&U, "U"}, {bias_of(epilogue), "bias"}, {&out, "out"}});
+  check_row_major(intermediate, "intermediate");
+  detail::SketchedMatmulProblem problem{x, S, U, out, epilogue, e.rows, e.d_in, e.terms, e.rank, e.d_out};
+  problem.intermediate = &intermediate;
+  backend_for(x).sketched_matmul(problem);
+}
+
+void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
+                              const TensorView& U, const TensorView& intermediate, const Epilogue& epilogue,
+                              const SketchedMatmulGradients& grads) {
+  const Extents e = check_operands(x, S, U);
+  check_epilogue(x, epilogue, e);
+  if (grad_out.shape() != with_last(x, e.d_out)) {
+    detail::fail<shape_error>(kOp, "grad_out", "shape " + shape_to_string(with_last(x, e.d_out)),
+                              detail::describe_shape(grad_out));
+  }
+  check_same_device_and_dtype(x, grad_out, "grad_out");
+  if (intermediate.shape() != with_last(x, e.terms * e.rank)) {
+    detail::fail<shape_error>(kOp, "intermediate", "shape " + shape_to_string(with_last(x, e.terms * e.rank)),
+                              detail::describe_shape(intermediate));
+  }
+  check_same_device_and_dtype(x, intermediate, "intermediate");
+  check_row_major(intermediate, "intermediate");
+  if (grads.bias && !epilogue.bias) {
+    detail::fail<std::invalid_argument>(kOp, "grad bias", "a bias in the epilogue", "none");
+  }
+  const TensorView* gx = grads.x ? &*grads.x : nullptr;
+  const TensorView* gS = grads.S ? &*grads.S : nullptr;
+  const TensorView* gU = grads.U ? &*grads.U : nullptr;
+  const TensorView* gb = grads.bias ? &*grads.bias : nullptr;
+  const std::initializer_list<std::pair<const TensorView*, const char*>> read = {
+      {&x, "x"}, {&S, "S"}, {&U, "U"}, {bias_of(epilogue), "bias"}, {&grad_out, "grad_out"}, {&intermediate, "intermediate"}};
+  if (gx) check_destination(*gx, "grad x", x.shape(), x, read);
+  if (gS) check_destination(*gS, "grad S", S.shape(), x, read);
+  if (gU) check_destination(*gU, "grad U", U.shape(), x, read);
+  if (gb) check_destination(*gb, "grad bias", {e.d_out}, x, read);
+  const TensorView* written[] = {gx, gS, gU, gb};
+  const char* names[] = {"grad x", "grad S", "grad U", "grad bias"};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i + 1; j < 4; ++j) {
+      if (written[i] && written[j] && detail::overlaps(*written[i], *written[j])) {
+        detail::fail<std::invalid_argument>(kOp, names[j], std::string("memory disjoint from ") + names[i],
+                                            std::string("an array overlapping ") + names[i]);
+      }
+    }
+  }
+  detail::SketchedMatmulProblem problem{x, S, U, grad_out, epilogue, e.rows, e.d_in, e.terms, e.rank, e.d_out};
+  problem.intermediate = &intermediate;
+  backend_for(x).sketched_matmul_backward(problem, grads);
 }
 
 }  // namespace sketchcore

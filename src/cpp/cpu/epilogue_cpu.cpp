@@ -32,6 +32,43 @@ struct Silu {
   template <class T> T operator()(T z) const { return z / (T(1) + std::exp(-z)); }
 };
 
+// Derivatives, written against the same stable forms as the forward.
+struct ReluGrad {
+  template <class T> T operator()(T h) const { return h > T(0) ? T(1) : T(0); }  // relu'(0) = 0, as PyTorch
+};
+struct GeluErfGrad {  // Φ(h) + h·φ(h)
+  template <class T> T operator()(T h) const {
+    return T(0.5) * std::erfc(h * T(-0.70710678118654752440)) + h * T(0.39894228040143267794) * std::exp(T(-0.5) * h * h);
+  }
+};
+struct GeluTanhGrad {  // d/dh [h·σ(2u)], u = c(h + a h³)
+  template <class T> T operator()(T h) const {
+    const T c = T(0.79788456080286535588), a = T(0.044715);
+    const T s = T(1) / (T(1) + std::exp(T(-2) * c * (h + a * h * h * h)));
+    return s + h * s * (T(1) - s) * T(2) * c * (T(1) + T(3) * a * h * h);
+  }
+};
+struct SiluGrad {  // σ(h)·(1 + h·(1 − σ(h)))
+  template <class T> T operator()(T h) const {
+    const T s = T(1) / (T(1) + std::exp(-h));
+    return s * (T(1) + h * (T(1) - s));
+  }
+};
+
+template <class T, class Grad>
+void activation_backward_rows(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
+                              std::int64_t cols, const T* bias, std::int64_t bias_stride, Grad grad) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* d = dy + r * ld_dy;
+    T* row = g + r * ld;
+    if (bias) {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] = d[j] * grad(row[j] + bias[j * bias_stride]);
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) row[j] = d[j] * grad(row[j]);
+    }
+  }
+}
+
 template <class T, class Act>
 void bias_activation_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
                           std::int64_t bias_stride, Act act) {
@@ -103,11 +140,33 @@ void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld,
   if (a.dropout.enabled) dropout_rows(y, rows, cols, ld, first_row, a.dropout);
 }
 
+template <class T>
+void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
+                             std::int64_t cols, std::int64_t first_row, const EpilogueArgs<T>& a) {
+  switch (a.activation) {
+    case Activation::none:
+      for (std::int64_t r = 0; r < rows; ++r) std::copy(dy + r * ld_dy, dy + r * ld_dy + cols, g + r * ld);
+      break;
+    case Activation::relu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, ReluGrad{}); break;
+    case Activation::gelu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, GeluErfGrad{}); break;
+    case Activation::gelu_tanh:
+      activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, GeluTanhGrad{});
+      break;
+    case Activation::silu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, SiluGrad{}); break;
+  }
+  // The dropout backward is the forward's mask and scale applied to the gradient.
+  if (a.dropout.enabled) dropout_rows(g, rows, cols, ld, first_row, a.dropout);
+}
+
 template EpilogueArgs<float> resolve_epilogue<float>(const Epilogue&);
 template EpilogueArgs<double> resolve_epilogue<double>(const Epilogue&);
 template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                     const EpilogueArgs<float>&);
 template void apply_epilogue<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                      const EpilogueArgs<double>&);
+template void apply_epilogue_backward<float>(const float*, std::int64_t, float*, std::int64_t, std::int64_t,
+                                             std::int64_t, std::int64_t, const EpilogueArgs<float>&);
+template void apply_epilogue_backward<double>(const double*, std::int64_t, double*, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, const EpilogueArgs<double>&);
 
 }  // namespace sketchcore::detail

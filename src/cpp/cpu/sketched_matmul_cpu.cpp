@@ -54,8 +54,10 @@ std::optional<std::int64_t> sketch_column_stride(const SketchedMatmulProblem& p)
   return std::nullopt;
 }
 
+/// `allow_batched` = false guarantees a matrix Sp (the backward multiplies by Spᵀ).
 template <class T>
-FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_rows, Scratch<T>& scratch) {
+FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_rows, Scratch<T>& scratch,
+                            bool allow_batched = true) {
   const TensorView& S = p.S;
   const std::int64_t r = p.terms * p.rank;
   const auto* base = static_cast<const T*>(S.data());
@@ -70,7 +72,8 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   // once per term. With few rows ((T−1)·rows ≤ 2r) re-reading X is the cheaper of the two,
   // unless S is so small (< 64k elements) that packing it is cheaper than the batched
   // call's own overhead.
-  if (blas_has_batched() && p.d_in * r >= (std::int64_t{1} << 16) && (p.terms - 1) * chunk_rows <= 2 * r) {
+  if (allow_batched && blas_has_batched() && p.d_in * r >= (std::int64_t{1} << 16) &&
+      (p.terms - 1) * chunk_rows <= 2 * r) {
     if (auto op = blas_operand(base, p.d_in, p.rank, S.stride(-2), S.stride(-1))) {
       f.batched = true;
       f.s0 = *op;
@@ -162,8 +165,19 @@ class Executor {
       y = y_scratch.allocate(n * d_out);
       ldy = d_out;
     }
+    // Z = X·Sp: into the caller's intermediate when the backward will reuse it.
+    T* zp = nullptr;
+    std::int64_t ldz = std::max<std::int64_t>(r_, 1);
+    if (p_.intermediate) {
+      const RowMatrix zm = as_row_matrix(*p_.intermediate);
+      if (p_.rows > 1) ldz = *zm.row_stride;
+      zp = static_cast<T*>(p_.intermediate->data()) + begin * ldz;
+    }
     if (r_ == 0 || p_.d_in == 0) {
       for (std::int64_t i = 0; i < n; ++i) std::fill(y + i * ldy, y + i * ldy + d_out, T(0));  // empty sum
+      if (zp && r_ > 0) {
+        for (std::int64_t i = 0; i < n; ++i) std::fill(zp + i * ldz, zp + i * ldz + r_, T(0));
+      }
     } else {
       BlasMatrix<T> x_rows;
       if (x_in_place_) {
@@ -176,14 +190,14 @@ class Executor {
         });
         x_rows = {staged, false, std::max<std::int64_t>(p_.d_in, 1)};
       }
-      T* zp = z.allocate(n * r_);
+      if (!zp) zp = z.allocate(n * r_);
       if (factor_.batched) {
-        gemm_batch_strided<T>(n, p_.rank, p_.d_in, x_rows, 0, factor_.s0, factor_.term_stride, zp, r_, p_.rank,
+        gemm_batch_strided<T>(n, p_.rank, p_.d_in, x_rows, 0, factor_.s0, factor_.term_stride, zp, ldz, p_.rank,
                               p_.terms);
       } else {
-        gemm<T>(n, r_, p_.d_in, T(1), x_rows, factor_.sp, zp, r_);
+        gemm<T>(n, r_, p_.d_in, T(1), x_rows, factor_.sp, zp, ldz);
       }
-      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), BlasMatrix<T>{zp, false, r_}, u_, y, ldy);
+      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), BlasMatrix<T>{zp, false, ldz}, u_, y, ldy);
     }
     // The epilogue (and the copy into a strided out) in one parallel pass over the chunk.
     if (epilogue_.active() || !out_in_place_) {
@@ -204,6 +218,162 @@ class Executor {
   Scratch<T> s_scratch_, u_scratch_;
 };
 
+/// The transpose of an operand (no copy: the layout flag flips).
+template <class T>
+BlasMatrix<T> transposed(const BlasMatrix<T>& m) {
+  return {m.data, !m.transposed, m.ld};
+}
+
+/// Sets every element of `v` to zero.
+template <class T>
+void fill_zero(const TensorView& v) {
+  if (v.numel() == 0) return;
+  Scratch<T> zeros(as_row_matrix(v).cols);
+  std::fill(zeros.data(), zeros.data() + as_row_matrix(v).cols, T(0));
+  for (std::int64_t i = 0, rows = as_row_matrix(v).rows; i < rows; ++i) scatter_rows<T>(zeros.data(), 0, v, i, i + 1);
+}
+
+template <class T>
+class BackwardExecutor {
+ public:
+  BackwardExecutor(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g)
+      : p_(p), g_(g), r_(p.terms * p.rank), epilogue_(resolve_epilogue<T>(p.epilogue)) {}
+
+  void run() {
+    const std::int64_t rows = p_.rows, d_out = p_.d_out, d_in = p_.d_in;
+    if (rows == 0 || d_out == 0 || r_ == 0 || d_in == 0) {
+      // Empty products: gradients of the factors are zero; dx is zero; dbias may still
+      // receive the gradient of act(bias) when rows > 0 (Z = 0).
+      if (g_.x) fill_zero<T>(*g_.x);
+      if (g_.S) fill_zero<T>(*g_.S);
+      if (g_.U) fill_zero<T>(*g_.U);
+      if (g_.bias) {
+        if (rows == 0 || d_out == 0) {
+          fill_zero<T>(*g_.bias);
+        } else {
+          bias_only();
+        }
+      }
+      return;
+    }
+    Scratch<T> s_scratch, u_scratch, dsp, dup, dbias, ones;
+    const BlasMatrix<T> sp = first_factor<T>(p_, p_.rows, s_scratch, /*allow_batched=*/false).sp;
+    const BlasMatrix<T> up = whole_operand<T>(p_.U, u_scratch);
+    const RowMatrix zm = as_row_matrix(*p_.intermediate);
+    const std::int64_t ldz = rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
+    const auto* z_base = static_cast<const T*>(p_.intermediate->data());
+    const auto x_in_place = blas_operand<T>(p_.x, as_row_matrix(p_.x));
+    const auto dy_in_place = blas_operand<T>(p_.out, as_row_matrix(p_.out));
+    std::optional<BlasMatrix<T>> dx_in_place;
+    if (g_.x) {
+      if (auto o = blas_operand<T>(*g_.x, as_row_matrix(*g_.x)); o && !o->transposed) dx_in_place = o;
+    }
+    const bool needs_h = p_.epilogue.activation != Activation::none;
+    const bool transform = needs_h || epilogue_.dropout.enabled;
+    const std::int64_t chunk = std::clamp<std::int64_t>(kStagingBytes / (d_out * std::int64_t(sizeof(T))), 256, rows);
+    if (g_.bias) {
+      T* one = ones.allocate(chunk);
+      std::fill(one, one + chunk, T(1));
+      dbias.allocate(d_out);
+    }
+    if (g_.U) dup.allocate(r_ * d_out);
+    if (g_.S) dsp.allocate(d_in * r_);
+    const T scale = static_cast<T>(p_.epilogue.scale);
+    for (std::int64_t begin = 0; begin < rows; begin += chunk) {
+      const std::int64_t end = std::min(rows, begin + chunk), n = end - begin;
+      const BlasMatrix<T> zc{z_base + begin * ldz, false, ldz};
+      Scratch<T> g_buffer, dy_staged, x_staged, gu, dx_staged;
+      // G for this chunk (n × d_out).
+      BlasMatrix<T> gc;
+      const T* dy = nullptr;
+      std::int64_t ld_dy = d_out;
+      if (dy_in_place && !dy_in_place->transposed) {
+        dy = dy_in_place->data + begin * dy_in_place->ld;
+        ld_dy = dy_in_place->ld;
+      } else {
+        gather_rows<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
+        dy = dy_staged.data();
+      }
+      if (transform) {
+        T* g = g_buffer.allocate(n * d_out);
+        if (needs_h) gemm<T>(n, d_out, r_, scale, zc, up, g, d_out);  // H without the bias
+        const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / d_out);
+        parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+          apply_epilogue_backward<T>(dy + b * ld_dy, ld_dy, g + b * d_out, d_out, e - b, d_out, begin + b, epilogue_);
+        });
+        gc = {g, false, d_out};
+      } else {
+        gc = {dy, false, ld_dy};
+      }
+      const T beta = begin == 0 ? T(0) : T(1);
+      if (g_.bias) {
+        gemm<T>(1, d_out, n, T(1), {ones.data(), false, n}, gc, dbias.data(), d_out, beta);
+      }
+      if (g_.U) gemm<T>(r_, d_out, n, scale, transposed(zc), gc, dup.data(), d_out, beta);
+      if (!g_.S && !g_.x) continue;
+      T* gup = gu.allocate(n * r_);
+      gemm<T>(n, r_, d_out, T(1), gc, transposed(up), gup, r_);  // G·Upᵀ
+      if (g_.S) {
+        BlasMatrix<T> xc;
+        if (x_in_place) {
+          xc = row_offset(*x_in_place, begin);
+        } else {
+          gather_rows<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
+          xc = {x_staged.data(), false, d_in};
+        }
+        gemm<T>(d_in, r_, n, scale, transposed(xc), {gup, false, r_}, dsp.data(), r_, beta);
+      }
+      if (g_.x) {
+        T* dx = dx_in_place ? const_cast<T*>(dx_in_place->data) + begin * dx_in_place->ld : dx_staged.allocate(n * d_in);
+        const std::int64_t ldx = dx_in_place ? dx_in_place->ld : d_in;
+        gemm<T>(n, d_in, r_, scale, {gup, false, r_}, transposed(sp), dx, ldx);
+        if (!dx_in_place) scatter_rows<T>(dx, ldx, *g_.x, begin, end);
+      }
+    }
+    if (g_.bias) scatter_rows<T>(dbias.data(), d_out, as_vector_row(*g_.bias), 0, 1);
+    if (g_.U) scatter_rows<T>(dup.data(), d_out, *g_.U, 0, r_);  // (T, k, d_out) rows = r
+    if (g_.S) unpack_sketch_gradient(dsp.data());
+  }
+
+ private:
+  /// d_in = 0 or r = 0: Z = 0, so H = bias and dbias = Σ_rows dy ⊙ keep/(1 − p) ⊙ act′(bias).
+  void bias_only() {
+    const std::int64_t rows = p_.rows, d_out = p_.d_out;
+    Scratch<T> g(rows * d_out), dy(rows * d_out), sums(d_out);
+    gather_rows<T>(p_.out, 0, rows, dy.data());
+    std::fill(g.data(), g.data() + rows * d_out, T(0));
+    apply_epilogue_backward<T>(dy.data(), d_out, g.data(), d_out, rows, d_out, 0, epilogue_);
+    std::fill(sums.data(), sums.data() + d_out, T(0));
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t j = 0; j < d_out; ++j) sums.data()[j] += g.data()[i * d_out + j];
+    }
+    scatter_rows<T>(sums.data(), d_out, as_vector_row(*g_.bias), 0, 1);
+  }
+
+  /// A 1-D view seen as one row.
+  static TensorView as_vector_row(const TensorView& v) {
+    return TensorView(v.data(), v.dtype(), {1, v.size(0)}, {0, v.stride(0)}, v.device());
+  }
+
+  /// dSp (d_in × r, row-major) into grad S of shape (d_in, k) or (T, d_in, k).
+  void unpack_sketch_gradient(const T* dsp) {
+    const TensorView& gs = *g_.S;
+    auto* base = static_cast<T*>(gs.data());
+    const bool three = gs.ndim() == 3;
+    const std::int64_t ts = three ? gs.stride(0) : 0, is = gs.stride(-2), js = gs.stride(-1);
+    for (std::int64_t t = 0; t < p_.terms; ++t) {
+      for (std::int64_t i = 0; i < p_.d_in; ++i) {
+        for (std::int64_t j = 0; j < p_.rank; ++j) base[t * ts + i * is + j * js] = dsp[i * r_ + t * p_.rank + j];
+      }
+    }
+  }
+
+  const SketchedMatmulProblem& p_;
+  const SketchedMatmulGradients& g_;
+  const std::int64_t r_;
+  const EpilogueArgs<T> epilogue_;
+};
+
 class CpuBackend final : public Backend {
  public:
   void sketched_matmul(const SketchedMatmulProblem& p) const override {
@@ -211,6 +381,13 @@ class CpuBackend final : public Backend {
       Executor<double>(p).run();
     } else {
       Executor<float>(p).run();
+    }
+  }
+  void sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) const override {
+    if (p.x.dtype() == DType::float64) {
+      BackwardExecutor<double>(p, g).run();
+    } else {
+      BackwardExecutor<float>(p, g).run();
     }
   }
 };

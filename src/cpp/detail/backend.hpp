@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "sketchcore/epilogue.hpp"
+#include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
 
 namespace sketchcore::detail {
@@ -22,14 +23,18 @@ struct SketchedMatmulProblem {
   std::int64_t terms;  // T (1 for 2-D S)
   std::int64_t rank;   // k per term
   std::int64_t d_out;
+  const TensorView* intermediate = nullptr;  // Z = x·Sp to save (forward) or reuse (backward)
 };
 
 /// One device's implementation of the operations.
 class Backend {
  public:
   virtual ~Backend() = default;
-  /// Computes a validated sketched_matmul problem.
+  /// Computes a validated sketched_matmul problem (saving Z if problem.intermediate).
   virtual void sketched_matmul(const SketchedMatmulProblem& problem) const = 0;
+  /// Computes the requested gradients of a validated problem (problem.out is dL/dy).
+  virtual void sketched_matmul_backward(const SketchedMatmulProblem& problem,
+                                        const SketchedMatmulGradients& grads) const = 0;
 };
 
 /// The CPU backend (always present).

@@ -40,4 +40,11 @@ template <class T>
 void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
                     const EpilogueArgs<T>& args);
 
+/// Backward of the epilogue over a block, in place: on entry `g` holds H = scale·Z·Up
+/// (without the bias) when the activation needs it, anything otherwise; on exit it holds
+/// G = dy ⊙ keep/(1 − p) ⊙ act′(H + bias). `dy` is read with leading dimension ld_dy.
+template <class T>
+void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
+                             std::int64_t cols, std::int64_t first_row, const EpilogueArgs<T>& args);
+
 }  // namespace sketchcore::detail

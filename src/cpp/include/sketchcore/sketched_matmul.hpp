@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sketchcore/epilogue.hpp"
@@ -43,5 +44,33 @@ SKETCHCORE_API std::vector<std::int64_t> sketched_matmul_output_shape(const Tens
 /// @throws std::invalid_argument for a non-finite `epilogue.scale`
 SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
                                     const TensorView& out, const Epilogue& epilogue = {});
+
+/// As sketched_matmul, and also writes the intermediate Z = x · [S_1 … S_T] into
+/// `intermediate` (shape x.shape[:-1] + (T·k,), row-major rows: unit last stride and
+/// leading dimensions that collapse), which sketched_matmul_backward reuses.
+/// @throws shape_error for a wrong or non-row-major `intermediate`, as sketched_matmul otherwise
+SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
+                                    const TensorView& out, const Epilogue& epilogue,
+                                    const TensorView& intermediate);
+
+/// Gradients to compute in sketched_matmul_backward; an empty one is not computed.
+struct SketchedMatmulGradients {
+  std::optional<TensorView> x;     ///< dL/dx, shape of x
+  std::optional<TensorView> S;     ///< dL/dS, shape of S
+  std::optional<TensorView> U;     ///< dL/dU, shape of U
+  std::optional<TensorView> bias;  ///< dL/dbias, shape (d_out,); needs epilogue.bias
+};
+
+/// Backward of y = dropout(act(scale · Z·Up + bias)), Z = x·Sp, given dL/dy:
+///   H = scale·Z·Up + bias (recomputed from the saved Z, one GEMM, only when the
+///   activation needs it), G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H) with the dropout mask
+///   regenerated from epilogue.seed, then dbias = Σ_rows G, dUp = scale·Zᵀ·G,
+///   dSp = scale·xᵀ·(G·Upᵀ), dx = scale·(G·Upᵀ)·Spᵀ — only the requested ones, in row
+///   chunks with pooled temporaries. `intermediate` is the Z written by the forward.
+/// Derivatives at the kinks follow PyTorch: relu′(0) = 0.
+/// @throws shape_error, dtype_error, device_error for operands that do not fit
+SKETCHCORE_API void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
+                                             const TensorView& U, const TensorView& intermediate,
+                                             const Epilogue& epilogue, const SketchedMatmulGradients& grads);
 
 }  // namespace sketchcore
