@@ -27,6 +27,7 @@ def _load_openblas() -> None:
 _load_openblas()
 
 from sketchcore import memory, sketch  # noqa: E402
+from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._ops import (  # noqa: E402
     build_info,
@@ -58,5 +59,6 @@ __all__ = [
     "set_num_threads",
     "sketched_matmul",
     "sketched_matmul_backward",
+    "sklinear",
     "__version__",
 ]

@@ -1,0 +1,40 @@
+"""Framework-agnostic layer functions over sketched_matmul (no autograd: see
+sketchcore.torch for differentiable PyTorch modules)."""
+from __future__ import annotations
+
+import sys
+
+from sketchcore._ops import sketched_matmul
+
+
+def _concatenate(a, b):
+    """[a; b] along the first axis, in the arrays' own framework."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        return torch.cat([a, b], dim=0)
+    namespace = getattr(a, "__array_namespace__", None)
+    if namespace is not None:
+        return namespace().concat([a, b], axis=0)
+    import numpy as np
+    return np.concatenate([a, b], axis=0)
+
+
+def sklinear(x, S1s, S2s, U1s, U2s, bias=None, *, activation="none"):
+    """Panther's sketched linear layer as one packed pair of GEMMs:
+
+        activation(1/(2T) · Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + bias)
+
+    with S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k); x (..., in).
+    The 2T products are the terms of ``sketched_matmul(x, [S1s; U2s], [U1s; S2s],
+    scale=1/(2T))``; the two concatenations copy the factors (small next to x).
+    """
+    shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
+    for name, shape in shapes.items():
+        if len(shape) != 3:
+            raise ValueError(f"sklinear: {name}: expected a 3-D array (T, ., .), got shape {tuple(shape)}")
+    terms = S1s.shape[0]
+    if any(shape[0] != terms for shape in shapes.values()):
+        raise ValueError(f"sklinear: expected the same number of terms T in S1s, S2s, U1s, U2s, got "
+                         f"{ {name: shape[0] for name, shape in shapes.items()} }")
+    return sketched_matmul(x, _concatenate(S1s, U2s), _concatenate(U1s, S2s), bias=bias, activation=activation,
+                           scale=1.0 / (2 * terms))
