@@ -41,6 +41,17 @@ def _empty_like(x, shape, str dtype):
     return numpy.from_dlpack(DLPackBuffer(shape, dtype))
 
 
+cdef ImportedTensor _import_optional(obj, str name):
+    """Borrows `obj` through DLPack, or returns None for None."""
+    return None if obj is None else import_array(obj, name, False)
+
+
+cdef const TensorView* _view_or_null(ImportedTensor t):
+    if t is None:
+        return NULL
+    return &t.view
+
+
 cdef class _EpilogueArgs:
     """Checked epilogue arguments shared by the forward and the backward."""
     cdef string activation
@@ -146,11 +157,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     cdef ImportedTensor xt = import_array(x, "x", False)
     cdef ImportedTensor st = import_array(S, "S", False)
     cdef ImportedTensor ut = import_array(U, "U", False)
-    cdef ImportedTensor bt = None
-    cdef const TensorView* bias_view = NULL
-    if bias is not None:
-        bt = import_array(bias, "bias", False)
-        bias_view = &bt.view
+    cdef ImportedTensor bt = _import_optional(bias, "bias")
+    cdef const TensorView* bias_view = _view_or_null(bt)
 
     cdef string message
     cdef vector[int64_t] shape
@@ -218,11 +226,8 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     cdef ImportedTensor st = import_array(S, "S", False)
     cdef ImportedTensor ut = import_array(U, "U", False)
     cdef ImportedTensor zt = import_array(intermediate, "intermediate", False)
-    cdef ImportedTensor bt = None
-    cdef const TensorView* bias_view = NULL
-    if bias is not None:
-        bt = import_array(bias, "bias", False)
-        bias_view = &bt.view
+    cdef ImportedTensor bt = _import_optional(bias, "bias")
+    cdef const TensorView* bias_view = _view_or_null(bt)
     dtype = core.dtype_name(xt.view.dtype()).decode()
     results = []
     cdef list imported = []

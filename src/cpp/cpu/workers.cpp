@@ -157,6 +157,4 @@ void parallel_for(std::int64_t n, std::int64_t grain,
   if (!workers().run(n, chunks, step, body)) body(0, n);
 }
 
-bool inside_parallel_region() noexcept { return t_inside_region; }
-
 }  // namespace sketchcore::detail

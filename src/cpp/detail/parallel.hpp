@@ -17,7 +17,4 @@ void parallel_for(std::int64_t n, std::int64_t grain,
 /// Thread count used by parallel_for (the value set by set_num_threads).
 int current_num_threads() noexcept;
 
-/// True on a thread that is running a chunk of a parallel_for region.
-bool inside_parallel_region() noexcept;
-
 }  // namespace sketchcore::detail

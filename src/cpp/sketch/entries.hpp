@@ -68,11 +68,6 @@ SKETCHCORE_HOST_DEVICE void dense_block_values(SketchKind kind, const Philox4x32
   for (int lane = 0; lane < 4; ++lane) values[lane] = dense_from_block(kind, w, lane);
 }
 
-/// Unscaled entry (i, j) of a dense kind.
-SKETCHCORE_HOST_DEVICE double dense_entry(SketchKind kind, std::uint64_t seed, std::int64_t i, std::int64_t j) {
-  return dense_from_block(kind, dense_block(kind, seed, i, j), static_cast<int>(i & 3));
-}
-
 /// Sequential 32-bit words of one Philox stream: word t is lane t%4 of block t/4.
 class WordStream {
  public:
