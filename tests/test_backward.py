@@ -3,6 +3,7 @@ independent check: it uses only the forward), for every activation, with bias, t
 dropout; float32 against float64; requested subsets; errors."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import sketchcore
 from _reference import ACTIVATIONS, random_problem
@@ -93,6 +94,54 @@ def test_only_requested_gradients_are_returned(rng):
     assert some[0] is None and some[2] is None
     np.testing.assert_allclose(some[1], full[1], rtol=1e-14)
     np.testing.assert_allclose(some[3], full[3], rtol=1e-14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(terms=st.integers(1, 5), data=st.data(), with_dx=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_term_ranges_give_slices_of_the_full_gradients(terms, data, with_dx, seed):
+    rng = np.random.default_rng(seed)
+    s_begin = data.draw(st.integers(0, terms))
+    s_end = data.draw(st.integers(s_begin, terms))
+    u_begin = data.draw(st.integers(0, terms))
+    u_end = data.draw(st.integers(u_begin, terms))
+    x, S, U, b = random_problem(rng, (7,), 6, 3, 5, terms=terms, dtype=np.float64)
+    _, z = forward(x, S, U, b, "gelu", 0.5, 0.0, None)
+    w = rng.standard_normal((7, 5))
+    full = sketchcore.sketched_matmul_backward(w, x, S, U, z, bias=b, activation="gelu", scale=0.5)
+    needs = ("x", "S", "U") if with_dx else ("S", "U")
+    part = sketchcore.sketched_matmul_backward(w, x, S, U, z, bias=b, activation="gelu", scale=0.5, needs=needs,
+                                               S_terms=(s_begin, s_end), U_terms=(u_begin, u_end))
+    assert part[1].shape == (s_end - s_begin, 6, 3) and part[2].shape == (u_end - u_begin, 3, 5)
+    np.testing.assert_allclose(part[1], full[1][s_begin:s_end], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(part[2], full[2][u_begin:u_end], rtol=1e-12, atol=1e-14)
+    if with_dx:
+        np.testing.assert_allclose(part[0], full[0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(("S", "U", "kwargs", "error", "fragment"), [
+    ((2, 5, 1), (2, 1, 4), dict(S_terms=(1, 3)), ValueError, "S_terms: expected a range 0 ≤ begin ≤ end ≤ T = 2, got [1, 3)"),
+    ((2, 5, 1), (2, 1, 4), dict(U_terms=(2, 1)), ValueError, "U_terms: expected a range 0 ≤ begin ≤ end ≤ T = 2, got [2, 1)"),
+    ((2, 5, 1), (2, 1, 4), dict(S_terms=(-1, 1)), ValueError, "S_terms: expected a range"),
+    ((5, 2), (2, 4), dict(S_terms=(0, 0)), ValueError, "S_terms: expected the whole range [0, 1) for a 2-D factor"),
+    ((5, 2), (2, 4), dict(U_terms=[0, 1]), TypeError, "U_terms: expected None or a pair of ints (begin, end), got [0, 1]"),
+    ((5, 2), (2, 4), dict(S_terms=(0, 1.0)), TypeError, "S_terms: expected None or a pair of ints"),
+])
+def test_bad_term_ranges(S, U, kwargs, error, fragment):
+    r = S[-1] * (S[0] if len(S) == 3 else 1)
+    with pytest.raises(error) as info:
+        sketchcore.sketched_matmul_backward(np.ones((3, 4)), np.ones((3, 5)), np.ones(S), np.ones(U), np.ones((3, r)),
+                                            **kwargs)
+    assert fragment in str(info.value)
+
+
+def test_a_whole_range_on_a_2d_factor_is_accepted(rng):
+    x, S, U, _ = random_problem(rng, (3,), 5, 2, 4, dtype=np.float64, bias=False)
+    _, z = forward(x, S, U, None, "none", 1.0, 0.0, None)
+    w = rng.standard_normal((3, 4))
+    full = sketchcore.sketched_matmul_backward(w, x, S, U, z)
+    ranged = sketchcore.sketched_matmul_backward(w, x, S, U, z, S_terms=(0, 1), U_terms=(0, 1))
+    for a, b_ in zip(full[:3], ranged[:3]):
+        np.testing.assert_array_equal(a, b_)
 
 
 def test_torch_tensors_give_torch_gradients(rng):

@@ -83,9 +83,13 @@ inline ErrorKind sketched_matmul_backward(const sketchcore::TensorView& grad_out
                                           double scale, const std::string& activation, double dropout_p,
                                           std::uint64_t seed, const sketchcore::TensorView* dx,
                                           const sketchcore::TensorView* dS, const sketchcore::TensorView* dU,
-                                          const sketchcore::TensorView* dbias, std::string& message) noexcept {
+                                          const sketchcore::TensorView* dbias, std::int64_t s_begin,
+                                          std::int64_t s_end, std::int64_t u_begin, std::int64_t u_end,
+                                          std::string& message) noexcept {
   return guarded([&] {
     sketchcore::SketchedMatmulGradients grads;
+    grads.S_terms = {s_begin, s_end};
+    grads.U_terms = {u_begin, u_end};
     if (dx) grads.x = *dx;
     if (dS) grads.S = *dS;
     if (dU) grads.U = *dU;

@@ -33,7 +33,9 @@ def sketched_matmul_backward(
     scale: float = 1.0,
     dropout_p: float = 0.0,
     seed: int | None = None,
-    needs: tuple[str, ...] = ("x", "S", "U", "bias"),
+    needs: tuple[str, ...] | None = None,
+    S_terms: tuple[int, int] | None = None,
+    U_terms: tuple[int, int] | None = None,
 ) -> tuple[Any | None, Any | None, Any | None, Any | None]: ...
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...

@@ -77,7 +77,8 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
                                        const TensorView& U, const TensorView& intermediate, const TensorView* bias,
                                        double scale, const string& activation, double dropout_p, uint64_t seed,
                                        const TensorView* dx, const TensorView* dS, const TensorView* dU,
-                                       const TensorView* dbias, string& message)
+                                       const TensorView* dbias, int64_t s_begin, int64_t s_end,
+                                       int64_t u_begin, int64_t u_end, string& message)
     ErrorKind set_num_threads(int n, string& message)
     ErrorKind sketch_validate(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
                               string& message)

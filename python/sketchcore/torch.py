@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 import sketchcore
 
-__all__ = ["SKLinear", "sketch_model", "sketched_linear"]
+__all__ = ["SKLinear", "sketch_model", "sketched_linear", "sklinear"]
 
 _ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
@@ -27,22 +27,49 @@ def _seed_value(seed: Tensor, dropout_p: float) -> Optional[int]:
     return int(seed.item()) if dropout_p > 0 else None
 
 
-@torch.library.custom_op("sketchcore::sketched_linear", mutates_args=())
-def _sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                     dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
-    r = S.shape[-1] * (S.shape[0] if S.dim() == 3 else 1)
+def _run_forward(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
+                 dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
+    """y and the saved intermediate Z = x·[S_1 … S_T], allocated by torch, written by the core."""
     y = x.new_empty((*x.shape[:-1], U.shape[-1]))
-    z = x.new_empty((*x.shape[:-1], r))
+    z = x.new_empty((*x.shape[:-1], _inner_width(S)))
     sketchcore.sketched_matmul(x.detach(), S.detach(), U.detach(), bias=None if bias is None else bias.detach(),
                                activation=activation, scale=scale, dropout_p=dropout_p,
                                seed=_seed_value(seed, dropout_p), out=y, intermediate=z)
     return y, z
 
 
+def _inner_width(S: Tensor) -> int:
+    return S.shape[-1] * (S.shape[0] if S.dim() == 3 else 1)
+
+
+def _fake_forward(x: Tensor, U: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    return x.new_empty((*x.shape[:-1], U.shape[-1])), x.new_empty((*x.shape[:-1], width))
+
+
+def _run_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor], activation: str,
+                  scale: float, dropout_p: float, seed: Tensor, names: list[str], S_terms=None, U_terms=None):
+    return sketchcore.sketched_matmul_backward(
+        grad.detach(), x.detach(), S.detach(), U.detach(), z.detach(), bias=None if bias is None else bias.detach(),
+        activation=activation, scale=scale, dropout_p=dropout_p, seed=_seed_value(seed, dropout_p), needs=names,
+        S_terms=S_terms, U_terms=U_terms)
+
+
+def _or_empty(grad: Optional[Tensor], like: Tensor) -> Tensor:
+    # Custom operators return tensors only: an empty tensor stands for "not requested".
+    return grad if grad is not None else like.new_empty(0)
+
+
+# --- the general operator: y = dropout(act(scale · Σ_t (x S_t) U_t + bias)) -------------------------------
+
+@torch.library.custom_op("sketchcore::sketched_linear", mutates_args=())
+def _sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
+                     dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
+    return _run_forward(x, S, U, bias, activation, scale, dropout_p, seed)
+
+
 @_sketched_linear.register_fake
 def _(x, S, U, bias, activation, scale, dropout_p, seed):
-    r = S.shape[-1] * (S.shape[0] if S.dim() == 3 else 1)
-    return x.new_empty((*x.shape[:-1], U.shape[-1])), x.new_empty((*x.shape[:-1], r))
+    return _fake_forward(x, U, _inner_width(S))
 
 
 @torch.library.custom_op("sketchcore::sketched_linear_backward", mutates_args=())
@@ -50,11 +77,8 @@ def _sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: 
                               activation: str, scale: float, dropout_p: float, seed: Tensor,
                               needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     names = [n for n, wanted in zip(("x", "S", "U", "bias"), needs) if wanted and (n != "bias" or bias is not None)]
-    grads = sketchcore.sketched_matmul_backward(
-        grad.detach(), x.detach(), S.detach(), U.detach(), z.detach(), bias=None if bias is None else bias.detach(),
-        activation=activation, scale=scale, dropout_p=dropout_p, seed=_seed_value(seed, dropout_p), needs=names)
-    # Custom operators return tensors only: an empty tensor stands for "not requested".
-    return tuple(g if g is not None else x.new_empty(0) for g in grads)
+    grads = _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names)
+    return tuple(_or_empty(g, x) for g in grads)
 
 
 @_sketched_linear_backward.register_fake
@@ -83,6 +107,127 @@ torch.library.register_autograd("sketchcore::sketched_linear", _backward, setup_
 torch.library.register_autocast("sketchcore::sketched_linear", "cpu", torch.float32)
 
 
+# --- Panther's layer: 1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b, as the terms of [S1s; U2s], [U1s; S2s] ----
+
+def _joined_in_place(a: Tensor, b: Tensor) -> bool:
+    """Whether [a; b] (along dimension 0) is a view: b has a's strides, in a's memory,
+    starting where a's index a.shape[0] would be."""
+    return (a.dtype == b.dtype and a.device == b.device and a.shape[1:] == b.shape[1:] and a.stride() == b.stride()
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            and b.data_ptr() == a.data_ptr() + a.shape[0] * a.stride(0) * a.element_size())
+
+
+def _joined(a: Tensor, b: Tensor) -> Tensor:
+    """[a; b] along dimension 0: a view, with no copy, when b continues a in memory
+    (SKLinear keeps its factors so), else a concatenated copy."""
+    if _joined_in_place(a, b):
+        return a.detach().as_strided((a.shape[0] + b.shape[0], *a.shape[1:]), a.stride())
+    return torch.cat([a.detach(), b.detach()])
+
+
+@torch.library.custom_op("sketchcore::sklinear", mutates_args=())
+def _sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
+              activation: str, dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
+    scale = 1.0 / (2 * S1s.shape[0])
+    return _run_forward(x, _joined(S1s, U2s), _joined(U1s, S2s), bias, activation, scale, dropout_p, seed)
+
+
+@_sklinear.register_fake
+def _(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed):
+    return _fake_forward(x, S2s, 2 * S1s.shape[0] * S1s.shape[-1])
+
+
+def _covering(first: bool, second: bool, terms: int) -> tuple[int, int]:
+    """The term range of [A; B] (T terms each) that covers the requested halves."""
+    return (0 if first else terms, 2 * terms if second else terms)
+
+
+@torch.library.custom_op("sketchcore::sklinear_backward", mutates_args=())
+def _sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
+                       bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
+                       needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    need_x, need_S1, need_S2, need_U1, need_U2, need_b = needs
+    T = S1s.shape[0]
+    # dS of [S1s; U2s] and dU of [U1s; S2s], only for the terms whose factors need gradients:
+    # for SKLinear (U buffers fixed) half of each, a quarter of the backward's FLOPs saved.
+    s_range, u_range = _covering(need_S1, need_U2, T), _covering(need_U1, need_S2, T)
+    names = [n for n, wanted in (("x", need_x), ("S", need_S1 or need_U2), ("U", need_U1 or need_S2),
+                                 ("bias", need_b and bias is not None)) if wanted]
+    dx, dS, dU, db = _run_backward(grad, x, _joined(S1s, U2s), _joined(U1s, S2s), z, bias, activation, 1.0 / (2 * T),
+                                   dropout_p, seed, names, S_terms=s_range, U_terms=u_range)
+    dS1 = dS[:T] if need_S1 else None
+    # Outputs of a custom operator may not share memory: the second half of a shared
+    # result is copied (only when both halves are requested, which SKLinear never does).
+    dU2 = (dS[-T:].clone() if need_S1 else dS[-T:]) if need_U2 else None
+    dU1 = dU[:T] if need_U1 else None
+    dS2 = (dU[-T:].clone() if need_U1 else dU[-T:]) if need_S2 else None
+    return tuple(_or_empty(g, x) for g in (dx, dS1, dS2, dU1, dU2, db))
+
+
+@_sklinear_backward.register_fake
+def _(grad, x, S1s, S2s, U1s, U2s, z, bias, activation, dropout_p, seed, needs):
+    shapes = (x.shape, S1s.shape, S2s.shape, U1s.shape, U2s.shape, (S2s.shape[-1],))
+    has = (True, True, True, True, True, bias is not None)
+    return tuple(x.new_empty(shape if wanted and ok else (0,)) for shape, wanted, ok in zip(shapes, needs, has))
+
+
+def _sklinear_setup_context(ctx, inputs, output):
+    x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed = inputs
+    ctx.save_for_backward(x, S1s, S2s, U1s, U2s, bias, output[1], seed)
+    ctx.activation, ctx.dropout_p = activation, dropout_p
+
+
+def _sklinear_backward_rule(ctx, grad_y, grad_z):
+    x, S1s, S2s, U1s, U2s, bias, z, seed = ctx.saved_tensors
+    needs = list(ctx.needs_input_grad[:6])
+    grads = torch.ops.sketchcore.sklinear_backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation,
+                                                   ctx.dropout_p, seed, needs)
+    return (*[g if wanted else None for g, wanted in zip(grads, needs)], None, None, None)
+
+
+torch.library.register_autograd("sketchcore::sklinear", _sklinear_backward_rule, setup_context=_sklinear_setup_context)
+torch.library.register_autocast("sketchcore::sklinear", "cpu", torch.float32)
+
+
+def _checked_activation(activation: str, where: str) -> str:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{where}: activation: expected one of {_ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+def _dropout_seed(seed: Optional[Tensor], dropout_p: float) -> Tensor:
+    """A 0-d int64 seed tensor; drawn from torch's RNG when dropout is on and none is given."""
+    if seed is not None:
+        return seed
+    if dropout_p > 0:
+        return torch.randint(0, 2**62, (), dtype=torch.int64)
+    return torch.zeros((), dtype=torch.int64)
+
+
+def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor] = None, *,
+             activation: str = "none", dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
+    """Differentiable Panther layer ``dropout(act(1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + bias))``.
+
+    S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k). The 2T products run
+    as the terms of one packed call over ``[S1s; U2s]`` and ``[U1s; S2s]``; when U2s
+    directly follows S1s in memory (and S2s follows U1s), as in :class:`SKLinear`, these
+    are views and nothing is copied. Gradients are computed only for the factors that
+    require them. ``seed`` as in :func:`sketched_linear`.
+    """
+    _checked_activation(activation, "sklinear")
+    shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
+    for name, shape in shapes.items():
+        if len(shape) != 3 or shape[0] != S1s.shape[0]:
+            raise ValueError(f"sklinear: {name}: expected a 3-D tensor (T = {S1s.shape[0]}, ., .) like S1s, "
+                             f"got shape {tuple(shape)}")
+    if U2s.shape != S1s.shape or U1s.shape != S2s.shape:
+        raise ValueError(f"sklinear: expected U2s shaped like S1s {tuple(S1s.shape)} and U1s like S2s "
+                         f"{tuple(S2s.shape)}, got {tuple(U2s.shape)} and {tuple(U1s.shape)}")
+    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p),
+                                         _dropout_seed(seed, dropout_p))
+    return y
+
+
 def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = None, *, activation: str = "none",
                     scale: float = 1.0, dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
     """Differentiable ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))``.
@@ -90,11 +235,9 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     ``seed`` is a 0-d int64 tensor (drawn with ``torch.randint`` when ``None``, so that it
     follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
     """
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"sketched_linear: activation: expected one of {_ACTIVATIONS}, got {activation!r}")
-    if seed is None:
-        seed = torch.randint(0, 2**62, (), dtype=torch.int64) if dropout_p > 0 else torch.zeros((), dtype=torch.int64)
-    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+    _checked_activation(activation, "sketched_linear")
+    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
+                                                _dropout_seed(seed, dropout_p))
     return y
 
 
@@ -153,6 +296,7 @@ class SKLinear(nn.Module):
         W = W_init.detach().to(**kwargs).t()  # (in, out)
         self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
         self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
+        self._pack_factors()
         if bias:
             bound = 1 / math.sqrt(n_in)
             self.bias = nn.Parameter(torch.empty(n_out, **kwargs).uniform_(-bound, bound))
@@ -169,12 +313,32 @@ class SKLinear(nn.Module):
                 layer.bias.copy_(linear.bias)
         return layer
 
+    def _pack_factors(self) -> None:
+        """Stores [S1s; U2s] and [U1s; S2s] each in one block of memory (the parameters and
+        buffers become views into it), so that forward hands the core two views and copies
+        nothing. The first block is laid out (in, 2T, k): the core reads it in place as the
+        packed in × 2Tk matrix [S1_1 … S1_T U2_1 … U2_T], so S1s and U2s are non-contiguous
+        views. Called at construction and after every ``.to()``/``.double()``/...; where
+        something else breaks the layout (``load_state_dict(assign=True)``), forward still
+        works, with one concatenation per call."""
+        T = self.num_terms
+        with torch.no_grad():
+            S = torch.cat([self.S1s, self.U2s]).transpose(0, 1).contiguous().transpose(0, 1)  # (2T, in, k) over (in, 2T, k)
+            U = torch.cat([self.U1s, self.S2s])
+        self.S1s.data, self._buffers["U2s"] = S[:T], S[T:]
+        self._buffers["U1s"], self.S2s.data = U[:T], U[T:]
+
+    def _apply(self, fn, *args, **kwargs):
+        result = super()._apply(fn, *args, **kwargs)
+        if _joined_in_place(self.S1s, self.U2s) and _joined_in_place(self.U1s, self.S2s):
+            return result  # in-place moves such as share_memory_() keep the layout
+        self._pack_factors()
+        return result
+
     def forward(self, x: Tensor) -> Tensor:
-        S = torch.cat([self.S1s, self.U2s], dim=0)  # (2T, in, k): terms (x S1_t) and (x U2_t)
-        U = torch.cat([self.U1s, self.S2s], dim=0)  # (2T, k, out): times U1_t and S2_t
         p = self.dropout if self.training else 0.0
-        return sketched_linear(x, S, U, self.bias, activation=self.activation, scale=1.0 / (2 * self.num_terms),
-                               dropout_p=p)
+        return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
+                        dropout_p=p)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, num_terms={self.num_terms}, "

@@ -144,6 +144,27 @@ void check_row_major(const TensorView& v, const char* name) {
 
 const TensorView* bias_of(const Epilogue& e) { return e.bias ? &*e.bias : nullptr; }
 
+/// Fills in `end = -1` and checks 0 ≤ begin ≤ end ≤ T; a 2-D factor takes only [0, 1).
+TermRange resolve_terms(TermRange range, const TensorView& factor, std::int64_t terms, const char* name) {
+  if (range.end == -1) range.end = terms;
+  const bool whole = range.begin == 0 && range.end == terms;
+  if (range.begin < 0 || range.begin > range.end || range.end > terms || (factor.ndim() == 2 && !whole)) {
+    detail::fail<std::invalid_argument>(
+        kOp, name,
+        factor.ndim() == 2 ? std::string("the whole range [0, 1) for a 2-D factor")
+                           : "a range 0 ≤ begin ≤ end ≤ T = " + std::to_string(terms),
+        "[" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+  }
+  return range;
+}
+
+/// The shape of `factor` restricted to the terms of `range`.
+std::vector<std::int64_t> with_terms(const TensorView& factor, TermRange range) {
+  std::vector<std::int64_t> shape(factor.shape().begin(), factor.shape().end());
+  if (factor.ndim() == 3) shape[0] = range.end - range.begin;
+  return shape;
+}
+
 }  // namespace
 
 std::vector<std::int64_t> sketched_matmul_output_shape(const TensorView& x, const TensorView& S,
@@ -202,9 +223,12 @@ void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, c
   const TensorView* gb = grads.bias ? &*grads.bias : nullptr;
   const std::initializer_list<std::pair<const TensorView*, const char*>> read = {
       {&x, "x"}, {&S, "S"}, {&U, "U"}, {bias_of(epilogue), "bias"}, {&grad_out, "grad_out"}, {&intermediate, "intermediate"}};
+  SketchedMatmulGradients resolved = grads;
+  resolved.S_terms = resolve_terms(grads.S_terms, S, e.terms, "S_terms");
+  resolved.U_terms = resolve_terms(grads.U_terms, U, e.terms, "U_terms");
   if (gx) check_destination(*gx, "grad x", x.shape(), x, read);
-  if (gS) check_destination(*gS, "grad S", S.shape(), x, read);
-  if (gU) check_destination(*gU, "grad U", U.shape(), x, read);
+  if (gS) check_destination(*gS, "grad S", with_terms(S, resolved.S_terms), x, read);
+  if (gU) check_destination(*gU, "grad U", with_terms(U, resolved.U_terms), x, read);
   if (gb) check_destination(*gb, "grad bias", {e.d_out}, x, read);
   const TensorView* written[] = {gx, gS, gU, gb};
   const char* names[] = {"grad x", "grad S", "grad U", "grad bias"};
@@ -218,7 +242,7 @@ void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, c
   }
   detail::SketchedMatmulProblem problem{x, S, U, grad_out, epilogue, e.rows, e.d_in, e.terms, e.rank, e.d_out};
   problem.intermediate = &intermediate;
-  backend_for(x).sketched_matmul_backward(problem, grads);
+  backend_for(x).sketched_matmul_backward(problem, resolved);
 }
 
 }  // namespace sketchcore

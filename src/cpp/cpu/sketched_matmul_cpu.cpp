@@ -33,6 +33,10 @@ namespace {
 /// Budget of the Z = X·Sp chunk, and of gathered x rows / scattered out rows.
 constexpr std::int64_t kIntermediateBytes = std::int64_t{4} << 20;
 constexpr std::int64_t kStagingBytes = std::int64_t{16} << 20;
+/// The backward's per-chunk buffers (staged dL/dy, G) stay within this; smaller than the
+/// forward's because a training step's peak memory matters and its GEMMs accumulate over
+/// chunks anyway.
+constexpr std::int64_t kBackwardStagingBytes = std::int64_t{4} << 20;
 /// Smaller chunks than this lose BLAS efficiency (each call packs Sp and Up again).
 constexpr std::int64_t kMinChunkRows = 1024;
 
@@ -45,13 +49,17 @@ struct FirstFactor {
   std::int64_t term_stride = 0;
 };
 
-/// True when the (T, k) columns of S collapse into one stride, and then that stride.
-std::optional<std::int64_t> sketch_column_stride(const SketchedMatmulProblem& p) {
-  const TensorView& S = p.S;
-  if (S.ndim() == 2 || p.terms <= 1) return S.stride(-1);
-  if (p.rank == 1) return S.stride(0);
-  if (S.stride(0) == p.rank * S.stride(-1)) return S.stride(-1);
+/// True when the (terms, k) columns of an S-shaped view ((d_in, k) or (terms, d_in, k))
+/// collapse into one stride, and then that stride.
+std::optional<std::int64_t> sketch_column_stride(const TensorView& S, std::int64_t terms, std::int64_t rank) {
+  if (S.ndim() == 2 || terms <= 1) return S.stride(-1);
+  if (rank == 1) return S.stride(0);
+  if (S.stride(0) == rank * S.stride(-1)) return S.stride(-1);
   return std::nullopt;
+}
+
+std::optional<std::int64_t> sketch_column_stride(const SketchedMatmulProblem& p) {
+  return sketch_column_stride(p.S, p.terms, p.rank);
 }
 
 /// `allow_batched` = false guarantees a matrix Sp (the backward multiplies by Spᵀ).
@@ -270,14 +278,38 @@ class BackwardExecutor {
     }
     const bool needs_h = p_.epilogue.activation != Activation::none;
     const bool transform = needs_h || epilogue_.dropout.enabled;
-    const std::int64_t chunk = std::clamp<std::int64_t>(kStagingBytes / (d_out * std::int64_t(sizeof(T))), 256, rows);
+    const std::int64_t chunk =
+        std::clamp<std::int64_t>(kBackwardStagingBytes / (d_out * std::int64_t(sizeof(T))), 256, rows);
     if (g_.bias) {
       T* one = ones.allocate(chunk);
       std::fill(one, one + chunk, T(1));
       dbias.allocate(d_out);
     }
-    if (g_.U) dup.allocate(r_ * d_out);
-    if (g_.S) dsp.allocate(d_in * r_);
+    // Only the requested terms: columns [s_first, s_first + s_width) of G·Upᵀ give dSp,
+    // rows [u_first, u_first + u_width) of Zᵀ·G give dUp.
+    const std::int64_t s_first = g_.S_terms.begin * p_.rank, s_width = (g_.S_terms.end - g_.S_terms.begin) * p_.rank;
+    const std::int64_t u_first = g_.U_terms.begin * p_.rank, u_width = (g_.U_terms.end - g_.U_terms.begin) * p_.rank;
+    // dUp and dSp accumulate over the chunks directly in the destinations when their
+    // layouts are BLAS matrices, else in pooled buffers copied out at the end.
+    std::optional<BlasMatrix<T>> du_direct, ds_direct;
+    if (g_.U) {
+      if (auto o = blas_operand<T>(*g_.U, as_row_matrix(*g_.U)); o && !o->transposed) du_direct = o;
+      if (!du_direct) dup.allocate(u_width * d_out);
+    }
+    if (g_.S) {
+      const TensorView& gs = *g_.S;
+      if (const auto cs = sketch_column_stride(gs, gs.ndim() == 3 ? gs.size(0) : 1, p_.rank)) {
+        if (auto o = blas_operand(static_cast<const T*>(gs.data()), d_in, s_width, gs.stride(-2), *cs);
+            o && !o->transposed) {
+          ds_direct = o;
+        }
+      }
+      if (!ds_direct) dsp.allocate(d_in * s_width);
+    }
+    T* const du = du_direct ? const_cast<T*>(du_direct->data) : dup.data();
+    const std::int64_t ld_du = du_direct ? du_direct->ld : d_out;
+    T* const ds = ds_direct ? const_cast<T*>(ds_direct->data) : dsp.data();
+    const std::int64_t ld_ds = ds_direct ? ds_direct->ld : s_width;
     const T scale = static_cast<T>(p_.epilogue.scale);
     for (std::int64_t begin = 0; begin < rows; begin += chunk) {
       const std::int64_t end = std::min(rows, begin + chunk), n = end - begin;
@@ -309,10 +341,14 @@ class BackwardExecutor {
       if (g_.bias) {
         gemm<T>(1, d_out, n, T(1), {ones.data(), false, n}, gc, dbias.data(), d_out, beta);
       }
-      if (g_.U) gemm<T>(r_, d_out, n, scale, transposed(zc), gc, dup.data(), d_out, beta);
+      if (g_.U && u_width > 0) {
+        gemm<T>(u_width, d_out, n, scale, transposed(BlasMatrix<T>{zc.data + u_first, false, ldz}), gc, du, ld_du, beta);
+      }
       if (!g_.S && !g_.x) continue;
-      T* gup = gu.allocate(n * r_);
-      gemm<T>(n, r_, d_out, T(1), gc, transposed(up), gup, r_);  // G·Upᵀ
+      // G·Upᵀ: all r columns for dx, else only the ones dS needs (stored from column 0).
+      const std::int64_t gu_first = g_.x ? 0 : s_first, gu_width = g_.x ? r_ : s_width;
+      T* gup = gu.allocate(n * gu_width);
+      if (gu_width > 0) gemm<T>(n, gu_width, d_out, T(1), gc, transposed(row_offset(up, gu_first)), gup, gu_width);
       if (g_.S) {
         BlasMatrix<T> xc;
         if (x_in_place) {
@@ -321,18 +357,21 @@ class BackwardExecutor {
           gather_rows<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
           xc = {x_staged.data(), false, d_in};
         }
-        gemm<T>(d_in, r_, n, scale, transposed(xc), {gup, false, r_}, dsp.data(), r_, beta);
+        if (s_width > 0) {
+          gemm<T>(d_in, s_width, n, scale, transposed(xc), {gup + s_first - gu_first, false, gu_width}, ds, ld_ds,
+                  beta);
+        }
       }
       if (g_.x) {
         T* dx = dx_in_place ? const_cast<T*>(dx_in_place->data) + begin * dx_in_place->ld : dx_staged.allocate(n * d_in);
         const std::int64_t ldx = dx_in_place ? dx_in_place->ld : d_in;
-        gemm<T>(n, d_in, r_, scale, {gup, false, r_}, transposed(sp), dx, ldx);
+        gemm<T>(n, d_in, r_, scale, {gup, false, gu_width}, transposed(sp), dx, ldx);
         if (!dx_in_place) scatter_rows<T>(dx, ldx, *g_.x, begin, end);
       }
     }
     if (g_.bias) scatter_rows<T>(dbias.data(), d_out, as_vector_row(*g_.bias), 0, 1);
-    if (g_.U) scatter_rows<T>(dup.data(), d_out, *g_.U, 0, r_);  // (T, k, d_out) rows = r
-    if (g_.S) unpack_sketch_gradient(dsp.data());
+    if (g_.U && !du_direct) scatter_rows<T>(dup.data(), d_out, *g_.U, 0, u_width);  // (terms, k, d_out) rows
+    if (g_.S && !ds_direct) unpack_sketch_gradient(dsp.data(), s_width);
   }
 
  private:
@@ -355,15 +394,15 @@ class BackwardExecutor {
     return TensorView(v.data(), v.dtype(), {1, v.size(0)}, {0, v.stride(0)}, v.device());
   }
 
-  /// dSp (d_in × r, row-major) into grad S of shape (d_in, k) or (T, d_in, k).
-  void unpack_sketch_gradient(const T* dsp) {
+  /// dSp (d_in × width, row-major) into grad S of shape (d_in, k) or (terms, d_in, k).
+  void unpack_sketch_gradient(const T* dsp, std::int64_t width) {
     const TensorView& gs = *g_.S;
     auto* base = static_cast<T*>(gs.data());
     const bool three = gs.ndim() == 3;
     const std::int64_t ts = three ? gs.stride(0) : 0, is = gs.stride(-2), js = gs.stride(-1);
-    for (std::int64_t t = 0; t < p_.terms; ++t) {
+    for (std::int64_t t = 0; t < width / std::max<std::int64_t>(p_.rank, 1); ++t) {
       for (std::int64_t i = 0; i < p_.d_in; ++i) {
-        for (std::int64_t j = 0; j < p_.rank; ++j) base[t * ts + i * is + j * js] = dsp[i * r_ + t * p_.rank + j];
+        for (std::int64_t j = 0; j < p_.rank; ++j) base[t * ts + i * is + j * js] = dsp[i * width + t * p_.rank + j];
       }
     }
   }

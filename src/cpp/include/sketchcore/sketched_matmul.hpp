@@ -53,12 +53,26 @@ SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, co
                                     const TensorView& out, const Epilogue& epilogue,
                                     const TensorView& intermediate);
 
+/// A half-open range [begin, end) of the T terms; `end = -1` means "up to T".
+struct TermRange {
+  std::int64_t begin = 0;  ///< first term
+  std::int64_t end = -1;   ///< one past the last term, or -1 for T
+};
+
 /// Gradients to compute in sketched_matmul_backward; an empty one is not computed.
+///
+/// `S_terms` / `U_terms` restrict dS / dU to some of the terms (a layer whose S and U
+/// each mix learnable and fixed terms, such as Panther's, needs only half of each): the
+/// destination then has shape (end − begin, d_in, k) / (end − begin, k, d_out), and only
+/// those columns of the dS GEMM (rows of the dU GEMM) are computed. A 2-D S or U (T = 1)
+/// takes only the whole range.
 struct SketchedMatmulGradients {
   std::optional<TensorView> x;     ///< dL/dx, shape of x
-  std::optional<TensorView> S;     ///< dL/dS, shape of S
-  std::optional<TensorView> U;     ///< dL/dU, shape of U
+  std::optional<TensorView> S;     ///< dL/dS_t for t in S_terms; shape of S, or (terms, d_in, k)
+  std::optional<TensorView> U;     ///< dL/dU_t for t in U_terms; shape of U, or (terms, k, d_out)
   std::optional<TensorView> bias;  ///< dL/dbias, shape (d_out,); needs epilogue.bias
+  TermRange S_terms;               ///< terms whose dS is computed (default: all)
+  TermRange U_terms;               ///< terms whose dU is computed (default: all)
 };
 
 /// Backward of y = dropout(act(scale · Z·Up + bias)), Z = x·Sp, given dL/dy:
