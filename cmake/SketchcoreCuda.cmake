@@ -24,13 +24,22 @@ if(SKETCHCORE_WITH_CUDA)
 endif()
 message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}")
 
-# Adds the CUDA backend sources to `target` when enabled. Until the CUDA backend lands,
-# src/cuda/ holds only the device registration stub, compiled by nvcc so that CI notices
-# a broken CUDA toolchain early.
+# Adds the CUDA backend (src/cuda/) to `target` when enabled. The CUDA runtime is linked
+# statically (it loads the driver itself, so the library still loads on machines without
+# one) and cuBLASLt is loaded at run time (src/cuda/cublaslt_api.hpp says why): building
+# needs nvcc and nothing else from the toolkit.
 function(sketchcore_add_cuda_backend target)
   if(SKETCHCORE_WITH_CUDA)
-    target_sources(${target} PRIVATE "${PROJECT_SOURCE_DIR}/src/cuda/cuda_backend.cu")
+    find_package(CUDAToolkit REQUIRED)
+    target_sources(${target} PRIVATE
+      "${PROJECT_SOURCE_DIR}/src/cuda/cublaslt_api.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/cuda_backend.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/device_pool.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu")
     target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1)
-    set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)
+    target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
+    set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden CUDA_RUNTIME_LIBRARY Static)
   endif()
 endfunction()

@@ -94,12 +94,36 @@ def test_newer_major_version_is_refused_and_released(rng):
     assert producer.deleted == 1
 
 
+@pytest.mark.skipif(sketchcore.cuda_device_count() > 0,
+                    reason="host memory labelled as CUDA would reach a real device; tests/test_gpu.py covers devices")
 @pytest.mark.parametrize(("device", "fragment"), [((2, 0), "cuda:0"), ((13, 1), "cuda:1")])
-def test_cuda_arrays_are_refused_by_the_cpu_only_implementation(rng, device, fragment):
+def test_cuda_arrays_without_backend_or_device_raise_cleanly(rng, device, fragment):
+    # Host memory labelled as CUDA memory: validated like any CUDA array, then refused by a
+    # CPU-only build (TypeError naming the device) or, in a CUDA build on a machine without
+    # a device, by the CUDA runtime (RuntimeError) — never a crash.
     x, S, U, _ = small_problem(rng)
-    with pytest.raises(TypeError, match=fragment):
-        sketchcore.sketched_matmul(FakeProducer(x, device=device), FakeProducer(S, device=device),
-                                   FakeProducer(U, device=device))
+    out = np.empty(x.shape[:-1] + U.shape[-1:], dtype=x.dtype)
+    args = [FakeProducer(a, device=device) for a in (x, S, U)]
+    if sketchcore.build_info()["cuda"]:
+        with pytest.raises(RuntimeError, match="sketchcore: cuda"):
+            sketchcore.sketched_matmul(*args, out=FakeProducer(out, device=device))
+    else:
+        with pytest.raises(TypeError, match=f"x: expected an array in CPU memory .*no CUDA backend.*, got {fragment}"):
+            sketchcore.sketched_matmul(*args, out=FakeProducer(out, device=device))
+
+
+@pytest.mark.skipif(sketchcore.cuda_device_count() > 0,
+                    reason="host memory labelled as CUDA would reach a real device; tests/test_gpu.py covers devices")
+def test_cuda_arrays_are_asked_for_the_callers_stream_and_cpu_arrays_for_none(rng):
+    # A CUDA producer that is neither torch nor CuPy runs on the legacy default stream,
+    # which DLPack writes as 1; a CPU array must not be given a stream.
+    x, S, U, _ = small_problem(rng)
+    cuda_x, cuda_S = FakeProducer(x, device=(2, 0)), FakeProducer(S, device=(2, 0))
+    cpu_U = FakeProducer(U)
+    with pytest.raises((TypeError, RuntimeError)):
+        sketchcore.sketched_matmul(cuda_x, cuda_S, cpu_U)
+    assert [c.get("stream") for c in cuda_x.calls + cuda_S.calls] == [1, 1]
+    assert all("stream" not in c for c in cpu_U.calls)
 
 
 def test_arrays_on_different_devices_are_a_type_error(rng):

@@ -214,7 +214,7 @@ def test_transpose_swaps_shape_and_is_its_own_inverse():
     (lambda: sketch.gaussian(5, 5, seed="1"), TypeError, "seed: expected an int or None, got str"),
     (lambda: sketch.gaussian(4, 6, seed=1) @ np.ones((5, 2)), ValueError, "a: expected shape (..., 6, p)"),
     (lambda: np.ones((2, 5)) @ sketch.gaussian(4, 6, seed=1), ValueError, "a: expected shape (..., p, 4)"),
-    (lambda: sketch.gaussian(4, 6, seed=1) @ np.ones((6, 2), dtype=np.int32), TypeError, "a: expected a floating-point array (float32 or float64), got dtype int32"),
+    (lambda: sketch.gaussian(4, 6, seed=1) @ np.ones((6, 2), dtype=np.int32), TypeError, "a: expected a floating-point array (float32 or float64; float16 and bfloat16 on a CUDA device), got dtype int32"),
     (lambda: sketch.gaussian(4, 6, seed=1).apply(np.ones((6, 2)), side="up"), ValueError, "side: expected 'left' or 'right'"),
     (lambda: sketch.gaussian(4, 6, seed=1).apply(np.ones((6, 2)), out=np.ones((4, 3))), ValueError, "out: expected shape (4, 2)"),
     (lambda: sketch.gaussian(4, 6, seed=1).apply(np.ones((6, 2)), out=np.ones((4, 2), np.float32)), TypeError,

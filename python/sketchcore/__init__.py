@@ -29,8 +29,10 @@ _load_openblas()
 from sketchcore import memory, sketch  # noqa: E402
 from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
+from sketchcore._cuda import get_allow_tf32, set_allow_tf32  # noqa: E402
 from sketchcore._ops import (  # noqa: E402
     build_info,
+    cuda_device_count,
     get_num_threads,
     set_num_threads,
     sketched_matmul,
@@ -53,9 +55,12 @@ __all__ = [
     "DLPackBuffer",
     "build_info",
     "cmake_prefix",
+    "cuda_device_count",
+    "get_allow_tf32",
     "get_num_threads",
     "memory",
     "sketch",
+    "set_allow_tf32",
     "set_num_threads",
     "sketched_matmul",
     "sketched_matmul_backward",

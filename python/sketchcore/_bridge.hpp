@@ -42,6 +42,28 @@ ErrorKind guarded(Fn&& fn, std::string& message) noexcept {
   }
 }
 
+/// Makes (stream, allow_tf32) the calling thread's CUDA execution options for the calls
+/// that follow on this thread (the bindings set them before every CUDA call).
+inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32) noexcept {
+  static thread_local std::optional<sketchcore::ExecutionScope> scope;
+  scope.reset();
+  scope.emplace(sketchcore::ExecutionOptions{reinterpret_cast<void*>(stream), allow_tf32});
+}
+
+inline int cuda_device_count() noexcept { return sketchcore::cuda_device_count(); }
+
+inline ErrorKind device_memory_stats(int device, sketchcore::MemoryStats& stats, std::string& message) noexcept {
+  return guarded([&] { stats = sketchcore::device_memory_stats(device); }, message);
+}
+
+inline ErrorKind device_reset_peak(int device, std::string& message) noexcept {
+  return guarded([&] { sketchcore::device_reset_peak(device); }, message);
+}
+
+inline ErrorKind device_empty_cache(int device, std::string& message) noexcept {
+  return guarded([&] { sketchcore::device_empty_cache(device); }, message);
+}
+
 inline sketchcore::Epilogue make_epilogue(const sketchcore::TensorView* bias, double scale, const std::string& activation,
                                           double dropout_p, std::uint64_t seed) {
   sketchcore::Epilogue epilogue;

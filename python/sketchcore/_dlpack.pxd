@@ -65,4 +65,4 @@ cdef class ImportedTensor:
     cdef readonly str name
 
 
-cdef ImportedTensor import_array(object obj, str name, bint for_writing)
+cdef ImportedTensor import_array(object obj, str name, bint for_writing, object stream=*)

@@ -43,7 +43,8 @@ cdef DType _to_dtype(DLDataType t, str name) except *:
                 return DType.float16
         elif t.code == SC_DL_BFLOAT and t.bits == 16:
             return DType.bfloat16
-    raise TypeError(f"{name}: expected a floating-point array (float32 or float64), "
+    raise TypeError(f"{name}: expected a floating-point array (float32 or float64; float16 and bfloat16 "
+                    f"on a CUDA device), "
                     f"got dtype {_describe_dtype(t.code, t.bits, t.lanes)}")
 
 
@@ -83,26 +84,29 @@ cdef class ImportedTensor:
         return <uintptr_t>self.view.data()
 
 
-cdef object _export(object obj, str name, bint for_writing):
-    """Calls obj.__dlpack__, preferring a versioned capsule."""
+cdef object _export(object obj, str name, bint for_writing, object stream):
+    """Calls obj.__dlpack__, preferring a versioned capsule. `stream` (CUDA arrays only) is
+    the consumer's stream in DLPack's convention: the producer makes the data ready on it."""
     try:
         export = obj.__dlpack__
     except AttributeError:
         raise TypeError(f"{name}: expected an array supporting DLPack (numpy.ndarray, torch.Tensor, "
                         f"cupy.ndarray, ...), got {type(obj).__module__}.{type(obj).__qualname__}") from None
+    extra = {} if stream is None else {"stream": stream}
     try:
         if for_writing:
             # copy=False: a producer that would have to copy must refuse instead.
-            return export(max_version=_DLPACK_MAX_VERSION, copy=False)
-        return export(max_version=_DLPACK_MAX_VERSION)
+            return export(max_version=_DLPACK_MAX_VERSION, copy=False, **extra)
+        return export(max_version=_DLPACK_MAX_VERSION, **extra)
     except TypeError:
-        # A producer from before DLPack 1.0 knows no keywords: legacy capsule.
-        return export()
+        # A producer from before DLPack 1.0 knows no max_version/copy: legacy capsule.
+        return export(**extra)
 
 
-cdef ImportedTensor import_array(object obj, str name, bint for_writing):
-    """Borrows `obj` through DLPack. `name` is the argument name used in error messages."""
-    capsule = _export(obj, name, for_writing)
+cdef ImportedTensor import_array(object obj, str name, bint for_writing, object stream=None):
+    """Borrows `obj` through DLPack. `name` is the argument name used in error messages;
+    `stream` is passed to a CUDA array's ``__dlpack__`` (None for CPU arrays)."""
+    capsule = _export(obj, name, for_writing, stream)
     cdef ImportedTensor t = ImportedTensor.__new__(ImportedTensor)
     t.name = name
     cdef DLTensor* dl

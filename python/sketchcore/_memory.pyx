@@ -7,8 +7,7 @@ from sketchcore._errors cimport check
 from sketchcore._sketchcore cimport ErrorKind, MemoryStats
 
 
-def stats():
-    cdef MemoryStats s = core.default_host_pool().stats()
+cdef dict _as_dict(MemoryStats s):
     return {
         "current_bytes": s.current_bytes,
         "peak_bytes": s.peak_bytes,
@@ -17,6 +16,33 @@ def stats():
         "num_cache_hits": s.num_cache_hits,
         "limit_bytes": s.limit_bytes if s.limit_bytes else None,
     }
+
+
+def stats():
+    return _as_dict(core.default_host_pool().stats())
+
+
+def _device_ordinal(device):
+    if isinstance(device, bool) or not hasattr(device, "__index__"):
+        raise TypeError(f"device: expected a CUDA device ordinal (int), got {type(device).__name__}")
+    return device.__index__()
+
+
+def device_stats(device):
+    cdef MemoryStats s
+    cdef string message
+    check(core.device_memory_stats(_device_ordinal(device), s, message), message)
+    return _as_dict(s)
+
+
+def device_reset_peak(device):
+    cdef string message
+    check(core.device_reset_peak(_device_ordinal(device), message), message)
+
+
+def device_empty_cache(device):
+    cdef string message
+    check(core.device_empty_cache(_device_ordinal(device), message), message)
 
 
 def reset_peak():

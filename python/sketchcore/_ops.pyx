@@ -5,7 +5,7 @@ import secrets
 import sys
 from numbers import Integral, Real
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -13,6 +13,8 @@ from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array
 from sketchcore._errors cimport check
 from sketchcore._sketchcore cimport ErrorKind, TensorView
+
+from sketchcore import _cuda
 
 from sketchcore._dlpack import DLPackBuffer
 
@@ -41,9 +43,32 @@ def _empty_like(x, shape, str dtype):
     return numpy.from_dlpack(DLPackBuffer(shape, dtype))
 
 
-cdef ImportedTensor _import_optional(obj, str name):
+cdef object _stream_of(object x):
+    """None when x is a CPU array, else the CUDA stream its framework currently uses."""
+    if type(x) is _numpy_ndarray or not _cuda.is_cuda_array(x):
+        return None
+    return _cuda.current_stream(x)
+
+
+cdef ImportedTensor _import(object obj, str name, bint for_writing, object stream):
+    """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
+    if stream is not None and _cuda.is_cuda_array(obj):
+        return import_array(obj, name, for_writing, _cuda.dlpack_stream(stream))
+    return import_array(obj, name, for_writing)
+
+
+cdef ImportedTensor _import_optional(obj, str name, object stream):
     """Borrows `obj` through DLPack, or returns None for None."""
-    return None if obj is None else import_array(obj, name, False)
+    return None if obj is None else _import(obj, name, False, stream)
+
+
+cdef int _enter_cuda(object stream) except -1:
+    """Makes the call's stream (and the TF32 setting) current for this thread's next core
+    call, after making sure cuBLASLt can be found."""
+    if stream is not None:
+        _cuda.preload_cublaslt()
+        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32())
+    return 0
 
 
 cdef const TensorView* _view_or_null(ImportedTensor t):
@@ -154,10 +179,11 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         Non-arrays, integer/complex/bool or mixed dtypes, arrays on different devices.
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
-    cdef ImportedTensor xt = import_array(x, "x", False)
-    cdef ImportedTensor st = import_array(S, "S", False)
-    cdef ImportedTensor ut = import_array(U, "U", False)
-    cdef ImportedTensor bt = _import_optional(bias, "bias")
+    stream = _stream_of(x)
+    cdef ImportedTensor xt = _import(x, "x", False, stream)
+    cdef ImportedTensor st = _import(S, "S", False, stream)
+    cdef ImportedTensor ut = _import(U, "U", False, stream)
+    cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
     cdef const TensorView* bias_view = _view_or_null(bt)
 
     cdef string message
@@ -171,9 +197,9 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
             out = _numpy_empty(tuple(shape), dtype=x.dtype)
         else:
             out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
-        ot = import_array(out, "out", True)
+        ot = _import(out, "out", True, stream)
     else:
-        ot = import_array(out, "out", True)
+        ot = _import(out, "out", True, stream)
         if ot.read_only:
             raise ValueError("sketched_matmul: out: expected a writable array, got a read-only one")
         if ot.is_copy:
@@ -181,12 +207,13 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
                              "got a copy made by its DLPack producer")
 
     cdef ImportedTensor zt
+    _enter_cuda(stream)
     if intermediate is None:
         with nogil:
             kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, e.scale, e.activation,
                                         e.dropout_p, e.seed, message)
     else:
-        zt = import_array(intermediate, "intermediate", True)
+        zt = _import(intermediate, "intermediate", True, stream)
         if zt.read_only:
             raise ValueError("sketched_matmul: intermediate: expected a writable array, got a read-only one")
         with nogil:
@@ -245,12 +272,13 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
             raise ValueError(f"sketched_matmul_backward: needs: expected names from {_GRADIENTS}, got {name!r}")
     if "bias" in wanted and bias is None:
         raise ValueError("sketched_matmul_backward: needs: 'bias' requested but bias is None")
-    cdef ImportedTensor gt = import_array(grad_out, "grad_out", False)
-    cdef ImportedTensor xt = import_array(x, "x", False)
-    cdef ImportedTensor st = import_array(S, "S", False)
-    cdef ImportedTensor ut = import_array(U, "U", False)
-    cdef ImportedTensor zt = import_array(intermediate, "intermediate", False)
-    cdef ImportedTensor bt = _import_optional(bias, "bias")
+    stream = _stream_of(x)
+    cdef ImportedTensor gt = _import(grad_out, "grad_out", False, stream)
+    cdef ImportedTensor xt = _import(x, "x", False, stream)
+    cdef ImportedTensor st = _import(S, "S", False, stream)
+    cdef ImportedTensor ut = _import(U, "U", False, stream)
+    cdef ImportedTensor zt = _import(intermediate, "intermediate", False, stream)
+    cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
     cdef const TensorView* bias_view = _view_or_null(bt)
     dtype = core.dtype_name(xt.view.dtype()).decode()
     results = []
@@ -267,7 +295,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
         views[i] = NULL
         if name in wanted:
             array = _empty_like(grad_out, shapes[i], dtype)
-            t = import_array(array, "grad " + name, True)
+            t = _import(array, "grad " + name, True, stream)
             imported.append(t)
             views[i] = &t.view
             results.append(array)
@@ -275,6 +303,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
             results.append(None)
     cdef string message
     cdef ErrorKind kind
+    _enter_cuda(stream)
     with nogil:
         kind = core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, bias_view, e.scale,
                                              e.activation, e.dropout_p, e.seed, views[0], views[1], views[2],
@@ -303,3 +332,9 @@ def build_info():
         "cuda": bool(info.cuda),
         "cuda_runtime_version": info.cuda_runtime_version,
     }
+
+
+def cuda_device_count():
+    """Number of CUDA devices sketchcore can use: 0 without the CUDA backend, a driver or a
+    device."""
+    return core.cuda_device_count()

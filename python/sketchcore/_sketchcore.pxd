@@ -1,6 +1,6 @@
 # Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the
 # exception-free bridge the bindings call through.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -69,6 +69,11 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
                               const TensorView& out, const TensorView* bias, double scale,
                               const string& activation, double dropout_p, uint64_t seed, string& message)
     ErrorKind host_pool_set_limit(bint has_limit, size_t limit, string& message)
+    void set_thread_execution(uintptr_t stream, bint allow_tf32)
+    int cuda_device_count()
+    ErrorKind device_memory_stats(int device, MemoryStats& stats, string& message)
+    ErrorKind device_reset_peak(int device, string& message)
+    ErrorKind device_empty_cache(int device, string& message)
     ErrorKind sketched_matmul_saving(const TensorView& x, const TensorView& S, const TensorView& U,
                                      const TensorView& out, const TensorView* bias, double scale,
                                      const string& activation, double dropout_p, uint64_t seed,

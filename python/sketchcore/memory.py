@@ -33,4 +33,23 @@ def set_limit(nbytes: int | None) -> None:
     _memory.set_limit(nbytes)
 
 
-__all__ = ["empty_cache", "reset_peak", "set_limit", "stats"]
+def device_stats(device: int = 0) -> dict:
+    """Counters of the stream-ordered pool that CUDA temporaries on device ``device`` come
+    from, with the keys of :func:`stats` (``reserved_bytes`` is what the pool holds from the
+    driver; ``num_cache_hits`` is 0, the driver's pool does not report them). All zero in a
+    build without the CUDA backend or for a device sketchcore has not used."""
+    return _memory.device_stats(device)
+
+
+def device_reset_peak(device: int = 0) -> None:
+    """Sets the device pool's ``peak_bytes`` to the bytes currently in use."""
+    _memory.device_reset_peak(device)
+
+
+def device_empty_cache(device: int = 0) -> None:
+    """Waits for the device's work, then returns the memory its pool caches to the driver."""
+    _memory.device_empty_cache(device)
+
+
+__all__ = ["device_empty_cache", "device_reset_peak", "device_stats", "empty_cache", "reset_peak", "set_limit",
+           "stats"]

@@ -1,5 +1,7 @@
 #include "sketchcore/memory.hpp"
 
+#include "detail/cuda_probe.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -133,6 +135,29 @@ MemoryResource& host_memory_resource() noexcept {
 
 void set_host_memory_resource(MemoryResource* resource) noexcept {
   g_host_resource.store(resource, std::memory_order_release);
+}
+
+namespace {
+void check_device_ordinal(int device) {
+  if (device < 0) {
+    throw std::invalid_argument("sketchcore: device: expected a CUDA device ordinal ≥ 0, got " + std::to_string(device));
+  }
+}
+}  // namespace
+
+MemoryStats device_memory_stats(int device) {
+  check_device_ordinal(device);
+  return detail::cuda_pool_stats(device);
+}
+
+void device_reset_peak(int device) {
+  check_device_ordinal(device);
+  detail::cuda_pool_reset_peak(device);
+}
+
+void device_empty_cache(int device) {
+  check_device_ordinal(device);
+  detail::cuda_pool_empty_cache(device);
 }
 
 }  // namespace sketchcore

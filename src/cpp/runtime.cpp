@@ -51,6 +51,8 @@ BuildInfo build_info() {
   return info;
 }
 
+int cuda_device_count() noexcept { return detail::cuda_devices(); }
+
 namespace detail {
 
 int current_num_threads() noexcept { return get_num_threads(); }

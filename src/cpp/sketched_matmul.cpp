@@ -11,6 +11,7 @@
 
 #include "detail/backend.hpp"
 #include "detail/check.hpp"
+#include "detail/cuda_probe.hpp"
 #include "detail/strided.hpp"
 #include "sketchcore/errors.hpp"
 
@@ -36,12 +37,17 @@ void check_same_device_and_dtype(const TensorView& reference, const TensorView& 
 }
 
 const detail::Backend& backend_for(const TensorView& x) {
-  if (x.device().type != DeviceType::cpu) {
-    detail::fail<device_error>(kOp, "x", "an array in CPU memory (this build has no CUDA implementation yet)",
+  if (x.device().type == DeviceType::cuda) {
+#if defined(SKETCHCORE_WITH_CUDA)
+    return detail::cuda_backend();
+#else
+    detail::fail<device_error>(kOp, "x", "an array in CPU memory (this build of sketchcore has no CUDA backend)",
                                device_name(x.device()));
+#endif
   }
   if (x.dtype() != DType::float32 && x.dtype() != DType::float64) {
-    detail::fail<dtype_error>(kOp, "x", "dtype float32 or float64 on the CPU", dtype_name(x.dtype()));
+    detail::fail<dtype_error>(kOp, "x", "dtype float32 or float64 on the CPU (float16 and bfloat16 need a CUDA device)",
+                              dtype_name(x.dtype()));
   }
   return detail::cpu_backend();
 }

@@ -1,9 +1,370 @@
-// CUDA backend entry points. The kernels and cuBLASLt paths arrive with the CUDA backend
-// issue; today this unit reports the runtime it was built against, which keeps the
-// CUDA toolchain compiled and linked in every build where nvcc is present.
-#include <cuda_runtime_api.h>
+// The CUDA backend: sketched_matmul and its backward on a CUDA device, on the calling
+// thread's stream (ExecutionOptions). The two products are cuBLASLt GEMMs, the second with
+// bias and relu / tanh-GELU fused where cuBLASLt offers them; erf-GELU, SiLU, dropout (the
+// CPU's Philox mask), strided outputs and the backward's epilogue are own kernels.
+// Temporaries come from the stream-ordered pool. Operands whose layout cuBLASLt can read
+// (unit stride along rows or columns, collapsing leading dimensions) are used in place,
+// others are packed by one strided-copy kernel.
+#include <algorithm>
+#include <optional>
+#include <string>
 
+#include "cuda_common.cuh"
+#include "detail/backend.hpp"
 #include "detail/cuda_probe.hpp"
+#include "detail/strided.hpp"
+#include "device_pool.cuh"
+#include "kernels.cuh"
+#include "lt_gemm.cuh"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore::cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  throw cuda_error(std::string("sketchcore: ") + what + " failed: " + cudaGetErrorName(status) + " (" +
+                   cudaGetErrorString(status) + ")");
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
+}
+
+namespace {
+
+using detail::SketchedMatmulProblem;
+
+/// `view` (a matrix of its rows) as a cuBLASLt operand in place, if its layout allows.
+std::optional<DeviceMatrix> in_place(const TensorView& view) {
+  const detail::RowMatrix m = detail::as_row_matrix(view);
+  if (!m.row_stride) return std::nullopt;
+  const auto* base = static_cast<const char*>(view.data());
+  auto op = detail::blas_operand(base, m.rows, m.cols, *m.row_stride, m.col_stride);
+  if (!op) return std::nullopt;
+  return DeviceMatrix{view.data(), op->transposed, op->ld};
+}
+
+/// Rows [first, …) of an operand.
+template <class T>
+DeviceMatrix rows_from(const DeviceMatrix& m, std::int64_t first) {
+  const auto* base = static_cast<const T*>(m.data);
+  return {base + (m.transposed ? first : first * m.ld), m.transposed, m.ld};
+}
+
+/// The transpose (no copy).
+DeviceMatrix transposed(DeviceMatrix m) {
+  m.transposed = !m.transposed;
+  return m;
+}
+
+template <class T>
+class CudaExecution {
+ public:
+  explicit CudaExecution(const SketchedMatmulProblem& p)
+      : p_(p), device_(p.x.device().index), stream_(current_stream()), r_(p.terms * p.rank),
+        tf32_(current_execution().allow_tf32) {}
+
+  void forward() {
+    const std::int64_t rows = p_.rows, d_out = p_.d_out;
+    if (rows == 0 || d_out == 0) return;
+    std::optional<DeviceMatrix> out_direct = in_place(p_.out);
+    if (out_direct && out_direct->transposed) out_direct.reset();
+    DeviceBuffer y_buffer;
+    T* y = nullptr;
+    std::int64_t ldy = d_out;
+    if (out_direct) {
+      y = static_cast<T*>(const_cast<void*>(out_direct->data));
+      ldy = out_direct->ld;
+    } else {
+      y_buffer = buffer(rows * d_out);
+      y = y_buffer.as<T>();
+    }
+    ForwardEpilogue<T> rest = own_epilogue();
+    LtEpilogue fused;
+    if (r_ == 0 || p_.d_in == 0) {
+      fill_rows(y, ldy, rows, d_out);  // the empty sum
+      if (p_.intermediate && r_ > 0) fill_rows(intermediate_data(), intermediate_ld(), rows, r_);
+    } else {
+      DeviceBuffer x_buffer, s_buffer, u_buffer, z_buffer;
+      const DeviceMatrix x = operand(p_.x, x_buffer);
+      const DeviceMatrix sp = sketch_matrix(s_buffer);
+      const DeviceMatrix up = operand(p_.U, u_buffer);  // (T, k, d_out) is r × d_out
+      T* z = p_.intermediate ? intermediate_data() : (z_buffer = buffer(rows * r_)).template as<T>();
+      const std::int64_t ldz = p_.intermediate ? intermediate_ld() : r_;
+      lt_gemm(device_, dtype(), rows, r_, p_.d_in, 1.0, x, sp, 0.0, z, ldz, {}, tf32_, stream_);
+      // Bias and activation inside the second GEMM where cuBLASLt has them (bias must be contiguous).
+      // float64 keeps everything in the own kernel: cuBLASLt offers no epilogues for it.
+      const bool bias_fusable = p_.epilogue.bias && p_.epilogue.bias->stride(0) == 1 && dtype() != DType::float64;
+      if (lt_supports(dtype(), p_.epilogue.activation) && (bias_fusable || !p_.epilogue.bias)) {
+        fused.bias = bias_fusable ? p_.epilogue.bias->data() : nullptr;
+        fused.activation = p_.epilogue.activation;
+        rest.bias = nullptr;
+        rest.activation = Activation::none;
+      } else if (bias_fusable) {
+        fused.bias = p_.epilogue.bias->data();
+        rest.bias = nullptr;
+      }
+      lt_gemm(device_, dtype(), rows, d_out, r_, p_.epilogue.scale, {z, false, ldz}, up, 0.0, y, ldy, fused, tf32_,
+              stream_);
+    }
+    const bool own_pass = rest.bias || rest.activation != Activation::none || rest.dropout.enabled;
+    if (own_pass || !out_direct) {
+      epilogue_forward<T>(y, row_layout_compact(ldy), static_cast<T*>(p_.out.data()),
+                          out_direct ? row_layout_compact(ldy) : row_layout_of(p_.out), rows, d_out, rest, stream_);
+    }
+  }
+
+  void backward(const SketchedMatmulGradients& g) {
+    const std::int64_t rows = p_.rows, d_out = p_.d_out, d_in = p_.d_in;
+    if (rows == 0 || d_out == 0 || r_ == 0 || d_in == 0) {
+      zero_gradients(g);
+      if (g.bias && rows > 0 && d_out > 0) bias_gradient_of_empty_product(g);
+      return;
+    }
+    DeviceBuffer x_buffer, s_buffer, u_buffer, g_buffer, gu_buffer;
+    const DeviceMatrix x = operand(p_.x, x_buffer);
+    const DeviceMatrix sp = sketch_matrix(s_buffer);
+    const DeviceMatrix up = operand(p_.U, u_buffer);
+    const DeviceMatrix z{intermediate_data(), false, intermediate_ld()};
+    const ForwardEpilogue<T> e = own_epilogue();
+    const bool transform = p_.epilogue.activation != Activation::none || e.dropout.enabled;
+    // G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H), H = scale·Z·Up + bias recomputed when needed.
+    DeviceMatrix gm;
+    std::optional<DeviceMatrix> dy_direct = in_place(p_.out);
+    if (transform || !dy_direct || dy_direct->transposed) {
+      g_buffer = buffer(rows * d_out);
+      T* gp = g_buffer.as<T>();
+      if (p_.epilogue.activation != Activation::none) {
+        lt_gemm(device_, dtype(), rows, d_out, r_, p_.epilogue.scale, z, up, 0.0, gp, d_out, {}, tf32_, stream_);
+      }
+      ForwardEpilogue<T> be = e;
+      if (!transform) be.dropout = {};
+      epilogue_backward<T>(static_cast<const T*>(p_.out.data()), row_layout_of(p_.out), gp, gp, rows, d_out, be,
+                           stream_);
+      gm = {gp, false, d_out};
+    } else {
+      gm = *dy_direct;
+    }
+    if (g.bias) bias_gradient(gm, *g.bias);
+    const std::int64_t k = p_.rank;
+    const std::int64_t s_first = g.S_terms.begin * k, s_width = (g.S_terms.end - g.S_terms.begin) * k;
+    const std::int64_t u_first = g.U_terms.begin * k, u_width = (g.U_terms.end - g.U_terms.begin) * k;
+    const double scale = p_.epilogue.scale;
+    if (g.U && u_width > 0) {  // dUp = scale·Zᵀ·G, rows [u_first, u_first + u_width)
+      write_matrix(*g.U, u_width, d_out, [&](void* dst, std::int64_t ld) {
+        lt_gemm(device_, dtype(), u_width, d_out, rows, scale, transposed(DeviceMatrix{static_cast<const T*>(z.data) + u_first, false, z.ld}),
+                gm, 0.0, dst, ld, {}, tf32_, stream_);
+      }, /*as_sketch=*/false);
+    }
+    if (!g.x && !(g.S && s_width > 0)) return;
+    // GU = G·Upᵀ: all r columns for dx, else only those dS needs.
+    const std::int64_t gu_first = g.x ? 0 : s_first, gu_width = g.x ? r_ : s_width;
+    gu_buffer = buffer(rows * gu_width);
+    T* gu = gu_buffer.as<T>();
+    lt_gemm(device_, dtype(), rows, gu_width, d_out, 1.0, gm, transposed(rows_from<T>(up, gu_first)), 0.0, gu,
+            gu_width, {}, tf32_, stream_);
+    if (g.S && s_width > 0) {  // dSp = scale·Xᵀ·GU[:, s]
+      write_matrix(*g.S, d_in, s_width, [&](void* dst, std::int64_t ld) {
+        lt_gemm(device_, dtype(), d_in, s_width, rows, scale, transposed(x),
+                DeviceMatrix{gu + (s_first - gu_first), false, gu_width}, 0.0, dst, ld, {}, tf32_, stream_);
+      }, /*as_sketch=*/true);
+    }
+    if (g.x) {  // dx = scale·GU·Spᵀ
+      write_matrix(*g.x, rows, d_in, [&](void* dst, std::int64_t ld) {
+        lt_gemm(device_, dtype(), rows, d_in, r_, scale, DeviceMatrix{gu, false, gu_width}, transposed(sp), 0.0, dst,
+                ld, {}, tf32_, stream_);
+      }, /*as_sketch=*/false);
+    }
+  }
+
+ private:
+  DType dtype() const { return p_.x.dtype(); }
+
+  DeviceBuffer buffer(std::int64_t elements) const {
+    return DeviceBuffer(device_, static_cast<std::size_t>(elements) * sizeof(T), stream_);
+  }
+
+  T* intermediate_data() const { return static_cast<T*>(p_.intermediate->data()); }
+  std::int64_t intermediate_ld() const {
+    const detail::RowMatrix m = detail::as_row_matrix(*p_.intermediate);
+    return p_.rows > 1 ? *m.row_stride : std::max<std::int64_t>(r_, 1);
+  }
+
+  ForwardEpilogue<T> own_epilogue() const {
+    ForwardEpilogue<T> e;
+    if (p_.epilogue.bias) {
+      e.bias = static_cast<const T*>(p_.epilogue.bias->data());
+      e.bias_stride = p_.epilogue.bias->stride(0);
+    }
+    e.activation = p_.epilogue.activation;
+    e.dropout = detail::make_dropout_plan(p_.epilogue.dropout_p, p_.epilogue.seed);
+    return e;
+  }
+
+  /// A matrix-of-rows operand in place, or packed into `storage`.
+  DeviceMatrix operand(const TensorView& v, DeviceBuffer& storage) const {
+    if (auto m = in_place(v)) return *m;
+    const detail::RowMatrix m = detail::as_row_matrix(v);
+    storage = buffer(m.rows * m.cols);
+    copy_strided<T>(static_cast<const T*>(v.data()), strided_of(v), storage.as<T>(), compact_like(v), stream_);
+    return {storage.as<T>(), false, std::max<std::int64_t>(m.cols, 1)};
+  }
+
+  /// Sp = [S_1 … S_T] (d_in × r): in place when the (T, k) columns collapse, else packed.
+  DeviceMatrix sketch_matrix(DeviceBuffer& storage) const {
+    const TensorView& S = p_.S;
+    std::optional<std::int64_t> column_stride;
+    if (S.ndim() == 2 || p_.terms <= 1) {
+      column_stride = S.stride(-1);
+    } else if (p_.rank == 1) {
+      column_stride = S.stride(0);
+    } else if (S.stride(0) == p_.rank * S.stride(-1)) {
+      column_stride = S.stride(-1);
+    }
+    if (column_stride) {
+      const auto* base = static_cast<const char*>(S.data());
+      if (auto op = detail::blas_operand(base, p_.d_in, r_, S.stride(-2), *column_stride)) {
+        return {S.data(), op->transposed, op->ld};
+      }
+    }
+    storage = buffer(p_.d_in * r_);
+    // Source (T, d_in, k) → destination element (t, i, j) at i·r + t·k + j.
+    Strided dst = strided_of(S);
+    if (S.ndim() == 3) {
+      dst.stride[0] = p_.rank;
+      dst.stride[1] = r_;
+      dst.stride[2] = 1;
+    } else {
+      dst = compact({p_.d_in, p_.rank});
+    }
+    copy_strided<T>(static_cast<const T*>(S.data()), strided_of(S), storage.as<T>(), dst, stream_);
+    return {storage.as<T>(), false, std::max<std::int64_t>(r_, 1)};
+  }
+
+  /// Compact row-major strides for v's shape.
+  static Strided compact_like(const TensorView& v) {
+    Strided s = strided_of(v);
+    std::int64_t stride = 1;
+    for (int k = s.ndim - 1; k >= 0; --k) {
+      s.stride[k] = stride;
+      stride *= s.shape[k];
+    }
+    return s;
+  }
+
+  /// Runs `gemm(dst, ld)` for a rows × cols result into `dest` directly when it is a
+  /// row-major matrix (a sketch-shaped (terms, d_in, k) destination when its (terms, k)
+  /// columns collapse), else into a buffer copied out after.
+  template <class Gemm>
+  void write_matrix(const TensorView& dest, std::int64_t rows, std::int64_t cols, Gemm&& gemm, bool as_sketch) {
+    std::optional<std::int64_t> ld;
+    if (as_sketch) {
+      const bool three = dest.ndim() == 3 && dest.size(0) > 1;
+      if (dest.stride(-1) == 1 && (!three || dest.stride(0) == p_.rank)) ld = dest.stride(-2);
+    } else if (auto m = in_place(dest); m && !m->transposed) {
+      ld = m->ld;
+    }
+    if (ld && (*ld >= cols || rows <= 1)) {
+      gemm(dest.data(), std::max<std::int64_t>(*ld, std::max<std::int64_t>(cols, 1)));
+      return;
+    }
+    DeviceBuffer staged = buffer(rows * cols);
+    gemm(staged.as<void>(), std::max<std::int64_t>(cols, 1));
+    Strided src = strided_of(dest);
+    if (as_sketch && dest.ndim() == 3) {  // staged element (t, i, j) at i·cols + t·k + j
+      src.stride[0] = p_.rank;
+      src.stride[1] = cols;
+      src.stride[2] = 1;
+    } else {
+      src = compact_like(dest);
+    }
+    copy_strided<T>(staged.as<T>(), src, static_cast<T*>(dest.data()), strided_of(dest), stream_);
+  }
+
+  void fill_rows(T* data, std::int64_t ld, std::int64_t rows, std::int64_t cols) const {
+    if (ld == cols) {
+      fill_zero<T>(data, rows * cols, stream_);
+    } else {
+      check(cudaMemset2DAsync(data, static_cast<std::size_t>(ld) * sizeof(T), 0, static_cast<std::size_t>(cols) * sizeof(T),
+                              static_cast<std::size_t>(rows), stream_),
+            "cudaMemset2DAsync");
+    }
+  }
+
+  void zero_gradients(const SketchedMatmulGradients& g) const {
+    for (const auto* v : {g.x ? &*g.x : nullptr, g.S ? &*g.S : nullptr, g.U ? &*g.U : nullptr}) {
+      if (!v || v->numel() == 0) continue;
+      DeviceBuffer zeros = buffer(v->numel());
+      fill_zero<T>(zeros.as<T>(), v->numel(), stream_);
+      copy_strided<T>(zeros.as<T>(), compact_like(*v), static_cast<T*>(v->data()), strided_of(*v), stream_);
+    }
+    if (g.bias && (p_.rows == 0 || p_.d_out == 0) && g.bias->numel() > 0) {
+      DeviceBuffer zeros = buffer(g.bias->numel());
+      fill_zero<T>(zeros.as<T>(), g.bias->numel(), stream_);
+      copy_strided<T>(zeros.as<T>(), compact_like(*g.bias), static_cast<T*>(g.bias->data()), strided_of(*g.bias),
+                      stream_);
+    }
+  }
+
+  /// d_in = 0 or r = 0: H = bias, so dbias = Σ_rows dy ⊙ keep/(1 − p) ⊙ act′(bias).
+  void bias_gradient_of_empty_product(const SketchedMatmulGradients& g) {
+    DeviceBuffer gbuf = buffer(p_.rows * p_.d_out);
+    fill_zero<T>(gbuf.as<T>(), p_.rows * p_.d_out, stream_);  // H without bias = 0
+    epilogue_backward<T>(static_cast<const T*>(p_.out.data()), row_layout_of(p_.out), gbuf.as<T>(), gbuf.as<T>(),
+                         p_.rows, p_.d_out, own_epilogue(), stream_);
+    bias_gradient({gbuf.as<T>(), false, p_.d_out}, *g.bias);
+  }
+
+  /// dbias = Σ_rows G (G row-major, or packed first).
+  void bias_gradient(const DeviceMatrix& gm, const TensorView& dest) {
+    DeviceBuffer packed;
+    const T* g = static_cast<const T*>(gm.data);
+    if (gm.transposed || gm.ld != p_.d_out) {
+      packed = buffer(p_.rows * p_.d_out);
+      Strided src = compact({p_.rows, p_.d_out});
+      if (gm.transposed) {
+        src.stride[0] = 1;
+        src.stride[1] = gm.ld;
+      } else {
+        src.stride[0] = gm.ld;
+      }
+      copy_strided<T>(g, src, packed.as<T>(), compact({p_.rows, p_.d_out}), stream_);
+      g = packed.as<T>();
+    }
+    using Acc = typename Element<T>::Compute;
+    DeviceBuffer partial(device_, static_cast<std::size_t>(column_sum_slabs(p_.rows) * p_.d_out) * sizeof(Acc),
+                         stream_);
+    column_sums<T>(g, p_.rows, p_.d_out, partial.as<void>(), static_cast<T*>(dest.data()), dest.stride(0), stream_);
+  }
+
+  const SketchedMatmulProblem& p_;
+  const int device_;
+  const cudaStream_t stream_;
+  const std::int64_t r_;
+  const bool tf32_;
+};
+
+class CudaBackend final : public detail::Backend {
+ public:
+  void sketched_matmul(const SketchedMatmulProblem& p) const override {
+    DeviceGuard guard(p.x.device().index);
+    dispatch_dtype(p.x.dtype(), [&](auto tag) { CudaExecution<decltype(tag)>(p).forward(); });
+  }
+  void sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) const override {
+    DeviceGuard guard(p.x.device().index);
+    dispatch_dtype(p.x.dtype(), [&](auto tag) { CudaExecution<decltype(tag)>(p).backward(g); });
+  }
+};
+
+}  // namespace
+
+}  // namespace sketchcore::cuda
 
 namespace sketchcore::detail {
 
@@ -14,5 +375,23 @@ int cuda_runtime_version() noexcept {
   if (cudaRuntimeGetVersion(&version) != cudaSuccess) return 0;
   return version;
 }
+
+int cuda_devices() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error of later calls
+    return 0;
+  }
+  return count;
+}
+
+const Backend& cuda_backend() {
+  static const cuda::CudaBackend backend;
+  return backend;
+}
+
+MemoryStats cuda_pool_stats(int device) { return cuda::pool_stats(device); }
+void cuda_pool_reset_peak(int device) { cuda::pool_reset_peak(device); }
+void cuda_pool_empty_cache(int device) { cuda::pool_empty_cache(device); }
 
 }  // namespace sketchcore::detail

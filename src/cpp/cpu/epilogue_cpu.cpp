@@ -3,57 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "detail/activations.hpp"
 #include "detail/philox.hpp"
 
 namespace sketchcore::detail {
 
 namespace {
-
-// One function object per activation, so the inner loop holds no branch on the kind.
-struct Identity {
-  template <class T> T operator()(T z) const { return z; }
-};
-struct Relu {
-  // `z < 0 ? 0 : z` (not max) so that NaN propagates like np.maximum.
-  template <class T> T operator()(T z) const { return z < T(0) ? T(0) : z; }
-};
-// Both GELU forms avoid `1 + erf(·)` / `1 + tanh(·)`, which cancel catastrophically for
-// negative z: ½·z·(1 + erf(z/√2)) = ½·z·erfc(−z/√2) and ½·(1 + tanh(u)) = σ(2u).
-struct GeluErf {
-  template <class T> T operator()(T z) const { return T(0.5) * z * std::erfc(z * T(-0.70710678118654752440)); }
-};
-struct GeluTanh {
-  template <class T> T operator()(T z) const {
-    const T u = T(0.79788456080286535588) * (z + T(0.044715) * z * z * z);
-    return z / (T(1) + std::exp(T(-2) * u));
-  }
-};
-struct Silu {
-  template <class T> T operator()(T z) const { return z / (T(1) + std::exp(-z)); }
-};
-
-// Derivatives, written against the same stable forms as the forward.
-struct ReluGrad {
-  template <class T> T operator()(T h) const { return h > T(0) ? T(1) : T(0); }  // relu'(0) = 0, as PyTorch
-};
-struct GeluErfGrad {  // Φ(h) + h·φ(h)
-  template <class T> T operator()(T h) const {
-    return T(0.5) * std::erfc(h * T(-0.70710678118654752440)) + h * T(0.39894228040143267794) * std::exp(T(-0.5) * h * h);
-  }
-};
-struct GeluTanhGrad {  // d/dh [h·σ(2u)], u = c(h + a h³)
-  template <class T> T operator()(T h) const {
-    const T c = T(0.79788456080286535588), a = T(0.044715);
-    const T s = T(1) / (T(1) + std::exp(T(-2) * c * (h + a * h * h * h)));
-    return s + h * s * (T(1) - s) * T(2) * c * (T(1) + T(3) * a * h * h);
-  }
-};
-struct SiluGrad {  // σ(h)·(1 + h·(1 − σ(h)))
-  template <class T> T operator()(T h) const {
-    const T s = T(1) / (T(1) + std::exp(-h));
-    return s * (T(1) + h * (T(1) - s));
-  }
-};
 
 template <class T, class Grad>
 void activation_backward_rows(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
@@ -113,15 +68,7 @@ EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue) {
     args.bias_stride = epilogue.bias->stride(0);
   }
   args.activation = epilogue.activation;
-  if (epilogue.dropout_p > 0.0) {
-    DropoutPlan& d = args.dropout;
-    d.enabled = true;
-    d.seed = epilogue.seed;
-    const double threshold = std::nearbyint(epilogue.dropout_p * 4294967296.0);
-    d.drop_all = threshold >= 4294967296.0;
-    d.threshold = d.drop_all ? 0xFFFFFFFFu : static_cast<std::uint32_t>(threshold);
-    d.keep_scale = d.drop_all ? 0.0 : 1.0 / (1.0 - epilogue.dropout_p);
-  }
+  args.dropout = make_dropout_plan(epilogue.dropout_p, epilogue.seed);
   return args;
 }
 

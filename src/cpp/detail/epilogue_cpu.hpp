@@ -4,18 +4,10 @@
 
 #include <cstdint>
 
+#include "detail/activations.hpp"
 #include "sketchcore/epilogue.hpp"
 
 namespace sketchcore::detail {
-
-/// Dropout decided once per call from Epilogue::dropout_p and Epilogue::seed.
-struct DropoutPlan {
-  bool enabled = false;       ///< p > 0
-  bool drop_all = false;      ///< p rounds to 2^32: every element is dropped
-  std::uint64_t seed = 0;
-  std::uint32_t threshold = 0;  ///< dropped ⇔ Philox word < threshold
-  double keep_scale = 1.0;      ///< 1 / (1 − p)
-};
 
 /// Everything the epilogue needs, resolved once per call.
 template <class T>

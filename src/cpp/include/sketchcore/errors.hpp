@@ -3,7 +3,8 @@
 ///
 /// Every exception derives from a standard one, so generic handlers keep working; the
 /// Python bindings map them to ValueError (shape_error and other std::invalid_argument),
-/// TypeError (dtype_error, device_error), MemoryError (std::bad_alloc) and RuntimeError.
+/// TypeError (dtype_error, device_error), MemoryError (std::bad_alloc) and RuntimeError
+/// (cuda_error and anything else).
 /// Messages name the operation, the argument, the expected and the actual value.
 #pragma once
 
@@ -34,6 +35,14 @@ class SKETCHCORE_API device_error : public std::invalid_argument {
  public:
   /// Creates the error with a complete, human-readable message.
   explicit device_error(const std::string& message);
+};
+
+/// A CUDA runtime or cuBLASLt call failed (no device, a launch error, a library that could
+/// not be loaded); the message names the call and the CUDA error.
+class SKETCHCORE_API cuda_error : public std::runtime_error {
+ public:
+  /// Creates the error with a complete, human-readable message.
+  explicit cuda_error(const std::string& message);
 };
 
 }  // namespace sketchcore

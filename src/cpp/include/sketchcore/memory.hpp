@@ -85,4 +85,18 @@ SKETCHCORE_API MemoryResource& host_memory_resource() noexcept;
 /// resource must outlive every call that may use it.
 SKETCHCORE_API void set_host_memory_resource(MemoryResource* resource) noexcept;
 
+/// Counters of the stream-ordered pool that CUDA temporaries on device `device` come from
+/// (all zero when the CUDA backend is absent or the device was not used). reserved_bytes
+/// is what the pool holds from the driver; limit_bytes is 0.
+/// @throws std::invalid_argument for a negative device
+SKETCHCORE_API MemoryStats device_memory_stats(int device);
+
+/// Sets peak_bytes of device `device`'s pool to its current_bytes.
+SKETCHCORE_API void device_reset_peak(int device);
+
+/// Waits for the device's work, then returns the memory its pool caches (not in use) to
+/// the driver.
+/// @throws cuda_error when the device cannot be synchronised
+SKETCHCORE_API void device_empty_cache(int device);
+
 }  // namespace sketchcore

@@ -27,4 +27,8 @@ struct BuildInfo {
 /// Returns how this library was built.
 SKETCHCORE_API BuildInfo build_info();
 
+/// Number of CUDA devices sketchcore can use: 0 without the CUDA backend, without a
+/// driver or without a device (never throws).
+SKETCHCORE_API int cuda_device_count() noexcept;
+
 }  // namespace sketchcore

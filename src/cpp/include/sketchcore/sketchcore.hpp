@@ -4,6 +4,7 @@
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/errors.hpp"
+#include "sketchcore/execution.hpp"
 #include "sketchcore/export.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/runtime.hpp"

@@ -1,0 +1,265 @@
+#include "kernels.cuh"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda_common.cuh"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, std::int64_t{1} << 20));
+}
+
+__device__ __forceinline__ std::int64_t first_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t index_step() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+__device__ __forceinline__ std::int64_t row_offset(const RowLayout& layout, std::int64_t row) {
+  std::int64_t offset = 0;
+  for (int k = layout.lead_ndim - 1; k >= 0; --k) {
+    const std::int64_t extent = layout.lead_shape[k];
+    offset += (row % extent) * layout.lead_stride[k];
+    row /= extent;
+  }
+  return offset;
+}
+
+template <class T>
+__global__ void copy_strided_kernel(const T* src, Strided s, T* dst, Strided d, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += index_step()) {
+    std::int64_t rest = i, from = 0, to = 0;
+    for (int k = s.ndim - 1; k >= 0; --k) {
+      const std::int64_t idx = rest % s.shape[k];
+      rest /= s.shape[k];
+      from += idx * s.stride[k];
+      to += idx * d.stride[k];
+    }
+    dst[to] = src[from];
+  }
+}
+
+template <class T, class Act>
+__global__ void forward_kernel(const T* src, RowLayout src_layout, T* out, RowLayout out_layout, std::int64_t rows,
+                               std::int64_t cols, ForwardEpilogue<T> e, Act act) {
+  using E = Element<T>;
+  using C = typename E::Compute;
+  const C keep_scale = static_cast<C>(e.dropout.keep_scale);
+  for (std::int64_t i = first_index(); i < rows * cols; i += index_step()) {
+    const std::int64_t r = i / cols, c = i - r * cols;
+    C v = E::load(src[row_offset(src_layout, r) + c * src_layout.col_stride]);
+    if (e.bias) v += E::load(e.bias[c * e.bias_stride]);
+    v = act(v);
+    if (e.dropout.enabled) v = detail::dropout_keeps(e.dropout, r, c) ? v * keep_scale : C(0);
+    out[row_offset(out_layout, r) + c * out_layout.col_stride] = E::store(v);
+  }
+}
+
+template <class T, class Grad>
+__global__ void backward_kernel(const T* dy, RowLayout dy_layout, const T* h, T* g, std::int64_t rows,
+                                std::int64_t cols, ForwardEpilogue<T> e, Grad grad, bool uses_h) {
+  using E = Element<T>;
+  using C = typename E::Compute;
+  const C keep_scale = static_cast<C>(e.dropout.keep_scale);
+  for (std::int64_t i = first_index(); i < rows * cols; i += index_step()) {
+    const std::int64_t r = i / cols, c = i - r * cols;
+    C v = E::load(dy[row_offset(dy_layout, r) + c * dy_layout.col_stride]);
+    if (uses_h) {
+      C pre = E::load(h[i]);
+      if (e.bias) pre += E::load(e.bias[c * e.bias_stride]);
+      v *= grad(pre);
+    }
+    if (e.dropout.enabled) v = detail::dropout_keeps(e.dropout, r, c) ? v * keep_scale : C(0);
+    g[i] = E::store(v);
+  }
+}
+
+// Column sums in two deterministic passes (no atomics, so results are bit-reproducible):
+// each block sums a 32-column tile over one slab of rows into partial[slab][col], then
+// one thread per column adds the slabs in order.
+constexpr int kSumCols = 32, kSumLanes = 8;
+
+template <class T, class Acc>
+__global__ void slab_sums_kernel(const T* g, std::int64_t rows, std::int64_t cols, std::int64_t slab_rows,
+                                 Acc* partial) {
+  __shared__ Acc tile[kSumLanes][kSumCols + 1];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.y) * slab_rows;
+  const std::int64_t end = begin + slab_rows < rows ? begin + slab_rows : rows;
+  Acc sum = 0;
+  if (c < cols) {
+    for (std::int64_t r = begin + threadIdx.y; r < end; r += kSumLanes) sum += Element<T>::load(g[r * cols + c]);
+  }
+  tile[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    Acc total = 0;
+    for (int lane = 0; lane < kSumLanes; ++lane) total += tile[lane][threadIdx.x];
+    partial[static_cast<std::int64_t>(blockIdx.y) * cols + c] = total;
+  }
+}
+
+template <class T, class Acc>
+__global__ void finish_sums_kernel(const Acc* partial, std::int64_t slabs, std::int64_t cols, T* out,
+                                   std::int64_t out_stride) {
+  for (std::int64_t c = first_index(); c < cols; c += index_step()) {
+    Acc total = 0;
+    for (std::int64_t s = 0; s < slabs; ++s) total += partial[s * cols + c];
+    out[c * out_stride] = Element<T>::store(total);
+  }
+}
+
+template <class Fn>
+void with_activation(Activation activation, Fn&& fn) {
+  switch (activation) {
+    case Activation::none: fn(detail::Identity{}); break;
+    case Activation::relu: fn(detail::Relu{}); break;
+    case Activation::gelu: fn(detail::GeluErf{}); break;
+    case Activation::gelu_tanh: fn(detail::GeluTanh{}); break;
+    case Activation::silu: fn(detail::Silu{}); break;
+  }
+}
+
+template <class Fn>
+void with_activation_grad(Activation activation, Fn&& fn) {
+  switch (activation) {
+    case Activation::none: fn(detail::Identity{}); break;  // unused: h is not read
+    case Activation::relu: fn(detail::ReluGrad{}); break;
+    case Activation::gelu: fn(detail::GeluErfGrad{}); break;
+    case Activation::gelu_tanh: fn(detail::GeluTanhGrad{}); break;
+    case Activation::silu: fn(detail::SiluGrad{}); break;
+  }
+}
+
+void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+}  // namespace
+
+Strided strided_of(const TensorView& view) {
+  if (view.ndim() > kMaxDims) {
+    throw shape_error("sketchcore: CUDA arrays with more than " + std::to_string(kMaxDims) +
+                      " dimensions are not supported, got " + std::to_string(view.ndim()));
+  }
+  Strided s;
+  s.ndim = view.ndim();
+  for (int k = 0; k < s.ndim; ++k) {
+    s.shape[k] = view.size(k);
+    s.stride[k] = view.stride(k);
+  }
+  return s;
+}
+
+Strided compact(std::initializer_list<std::int64_t> shape) {
+  Strided s;
+  s.ndim = static_cast<int>(shape.size());
+  int k = 0;
+  for (std::int64_t extent : shape) s.shape[k++] = extent;
+  std::int64_t stride = 1;
+  for (k = s.ndim - 1; k >= 0; --k) {
+    s.stride[k] = stride;
+    stride *= s.shape[k];
+  }
+  return s;
+}
+
+RowLayout row_layout_of(const TensorView& view) {
+  if (view.ndim() > kMaxDims) strided_of(view);  // throws the dimension error
+  RowLayout layout;
+  layout.lead_ndim = view.ndim() - 1;
+  for (int k = 0; k < layout.lead_ndim; ++k) {
+    layout.lead_shape[k] = view.size(k);
+    layout.lead_stride[k] = view.stride(k);
+  }
+  layout.col_stride = view.stride(-1);
+  return layout;
+}
+
+RowLayout row_layout_compact(std::int64_t ld) {
+  RowLayout layout;
+  layout.lead_ndim = 1;
+  layout.lead_shape[0] = INT64_MAX;
+  layout.lead_stride[0] = ld;
+  return layout;
+}
+
+template <class T>
+void copy_strided(const T* src, const Strided& src_layout, T* dst, const Strided& dst_layout, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int k = 0; k < src_layout.ndim; ++k) n *= src_layout.shape[k];
+  if (n == 0) return;
+  copy_strided_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, src_layout, dst, dst_layout, n);
+  check_launch("copy_strided_kernel");
+}
+
+template <class T>
+void epilogue_forward(const T* src, const RowLayout& src_layout, T* out, const RowLayout& out_layout,
+                      std::int64_t rows, std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  with_activation(epilogue.activation, [&](auto act) {
+    forward_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(src, src_layout, out, out_layout, rows, cols,
+                                                                     epilogue, act);
+  });
+  check_launch("forward_kernel");
+}
+
+template <class T>
+void epilogue_backward(const T* dy, const RowLayout& dy_layout, const T* h, T* g, std::int64_t rows,
+                       std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const bool uses_h = epilogue.activation != Activation::none;
+  with_activation_grad(epilogue.activation, [&](auto grad) {
+    backward_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(dy, dy_layout, h, g, rows, cols, epilogue, grad,
+                                                                      uses_h);
+  });
+  check_launch("backward_kernel");
+}
+
+template <class T>
+void column_sums(const T* g, std::int64_t rows, std::int64_t cols, void* partial, T* out, std::int64_t out_stride,
+                 cudaStream_t stream) {
+  using Acc = typename Element<T>::Compute;
+  if (cols == 0) return;
+  const std::int64_t slabs = column_sum_slabs(rows);
+  const std::int64_t slab_rows = (rows + slabs - 1) / slabs;
+  auto* acc = static_cast<Acc*>(partial);
+  const dim3 grid(static_cast<unsigned>((cols + kSumCols - 1) / kSumCols), static_cast<unsigned>(slabs));
+  slab_sums_kernel<T, Acc><<<grid, dim3(kSumCols, kSumLanes), 0, stream>>>(g, rows, cols, slab_rows, acc);
+  check_launch("slab_sums_kernel");
+  finish_sums_kernel<T, Acc><<<blocks_for(cols), kThreads, 0, stream>>>(acc, slabs, cols, out, out_stride);
+  check_launch("finish_sums_kernel");
+}
+
+std::int64_t column_sum_slabs(std::int64_t rows) {
+  return std::clamp<std::int64_t>(rows / 512, 1, 64);
+}
+
+template <class T>
+void fill_zero(T* dst, std::int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  check(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(count) * sizeof(T), stream), "cudaMemsetAsync");
+}
+
+#define SKETCHCORE_INSTANTIATE(T)                                                                                    \
+  template void copy_strided<T>(const T*, const Strided&, T*, const Strided&, cudaStream_t);                        \
+  template void epilogue_forward<T>(const T*, const RowLayout&, T*, const RowLayout&, std::int64_t, std::int64_t,   \
+                                    const ForwardEpilogue<T>&, cudaStream_t);                                       \
+  template void epilogue_backward<T>(const T*, const RowLayout&, const T*, T*, std::int64_t, std::int64_t,           \
+                                     const ForwardEpilogue<T>&, cudaStream_t);                                      \
+  template void column_sums<T>(const T*, std::int64_t, std::int64_t, void*, T*, std::int64_t, cudaStream_t);        \
+  template void fill_zero<T>(T*, std::int64_t, cudaStream_t);
+
+SKETCHCORE_INSTANTIATE(__half)
+SKETCHCORE_INSTANTIATE(__nv_bfloat16)
+SKETCHCORE_INSTANTIATE(float)
+SKETCHCORE_INSTANTIATE(double)
+
+#undef SKETCHCORE_INSTANTIATE
+
+}  // namespace sketchcore::cuda

@@ -1,0 +1,183 @@
+#include "lt_gemm.cuh"
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cublaslt_api.hpp"
+#include "cuda_common.cuh"
+#include "device_pool.cuh"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore::cuda {
+
+namespace {
+
+constexpr std::size_t kMaxWorkspace = std::size_t{32} << 20;  // cuBLASLt's advice for Hopper
+
+int data_type(DType dtype) {
+  switch (dtype) {
+    case DType::float16: return lt::kR16F;
+    case DType::bfloat16: return lt::kR16BF;
+    case DType::float32: return lt::kR32F;
+    case DType::float64: return lt::kR64F;
+  }
+  return lt::kR32F;
+}
+
+std::uint32_t epilogue_code(const LtEpilogue& e) {
+  const bool bias = e.bias != nullptr;
+  switch (e.activation) {
+    case Activation::relu: return bias ? lt::kEpilogueReluBias : lt::kEpilogueRelu;
+    case Activation::gelu_tanh: return bias ? lt::kEpilogueGeluBias : lt::kEpilogueGelu;
+    default: return bias ? lt::kEpilogueBias : lt::kEpilogueDefault;
+  }
+}
+
+/// Largest power of two ≤ 256 dividing the address: what the algorithm may assume.
+std::uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+/// Owns the descriptors of one call.
+struct Descriptors {
+  lt::MatmulDesc desc = nullptr;
+  lt::Layout a = nullptr, b = nullptr, c = nullptr;
+  lt::Preference preference = nullptr;
+  ~Descriptors() {
+    const lt::Api& api = lt::api();
+    if (preference) api.preference_destroy(preference);
+    if (c) api.matrix_layout_destroy(c);
+    if (b) api.matrix_layout_destroy(b);
+    if (a) api.matrix_layout_destroy(a);
+    if (desc) api.matmul_desc_destroy(desc);
+  }
+};
+
+/// Everything the heuristic's choice depends on.
+using PlanKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t,
+                           std::int64_t, std::int64_t, std::uint32_t, std::array<std::uint32_t, 4>>;
+
+struct PlanCache {
+  std::mutex mutex;
+  std::map<PlanKey, lt::HeuristicResult> plans;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+lt::Handle handle_for(int device) {
+  static std::mutex mutex;
+  static std::map<int, lt::Handle> handles;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = handles.find(device);
+  if (found != handles.end()) return found->second;
+  lt::Handle handle = nullptr;
+  lt::check(lt::api().create(&handle), "cublasLtCreate");
+  handles.emplace(device, handle);
+  return handle;
+}
+
+template <class V>
+void set(lt::MatmulDesc desc, int attribute, const V& value) {
+  lt::check(lt::api().matmul_desc_set_attribute(desc, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
+}
+
+template <class V>
+void set(lt::Preference preference, int attribute, const V& value) {
+  lt::check(lt::api().preference_set_attribute(preference, attribute, &value, sizeof(value)),
+            "cublasLtMatmulPreferenceSetAttribute");
+}
+
+}  // namespace
+
+bool lt_supports(DType dtype, Activation activation) noexcept {
+  if (dtype == DType::float64) return activation == Activation::none;
+  return activation == Activation::none || activation == Activation::relu || activation == Activation::gelu_tanh;
+}
+
+void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+             const DeviceMatrix& a, const DeviceMatrix& b, double beta, void* c, std::int64_t ldc,
+             const LtEpilogue& epilogue, bool allow_tf32, cudaStream_t stream) {
+  const lt::Api& api = lt::api();
+  // cuBLASLt is column-major: row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ, so the
+  // column-major problem is (n × m) = B′ (n × k) · A′ (k × m) with B′, A′ the same memory.
+  const int type = data_type(dtype);
+  const bool is_double = dtype == DType::float64;
+  const int compute = is_double ? lt::kCompute64F : (dtype == DType::float32 && allow_tf32 ? lt::kCompute32FFastTF32
+                                                                                             : lt::kCompute32F);
+  const int scale_type = is_double ? lt::kR64F : lt::kR32F;
+  const std::int32_t op_a = b.transposed ? lt::kOpT : lt::kOpN;  // first column-major operand: B
+  const std::int32_t op_b = a.transposed ? lt::kOpT : lt::kOpN;
+  const std::uint32_t code = epilogue_code(epilogue);
+
+  Descriptors d;
+  lt::check(api.matmul_desc_create(&d.desc, compute, scale_type), "cublasLtMatmulDescCreate");
+  set(d.desc, lt::kDescTransA, op_a);
+  set(d.desc, lt::kDescTransB, op_b);
+  set(d.desc, lt::kDescEpilogue, code);
+  if (epilogue.bias) {
+    set(d.desc, lt::kDescBiasPointer, epilogue.bias);
+    const std::int32_t bias_type = type;
+    set(d.desc, lt::kDescBiasDataType, bias_type);
+  }
+  // Column-major shapes of the stored operands: B′ is (n × k) (or k × n stored when op T).
+  lt::check(api.matrix_layout_create(&d.a, type, static_cast<std::uint64_t>(b.transposed ? k : n),
+                                     static_cast<std::uint64_t>(b.transposed ? n : k), b.ld),
+            "cublasLtMatrixLayoutCreate(A)");
+  lt::check(api.matrix_layout_create(&d.b, type, static_cast<std::uint64_t>(a.transposed ? m : k),
+                                     static_cast<std::uint64_t>(a.transposed ? k : m), a.ld),
+            "cublasLtMatrixLayoutCreate(B)");
+  lt::check(api.matrix_layout_create(&d.c, type, static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m), ldc),
+            "cublasLtMatrixLayoutCreate(C)");
+
+  const std::array<std::uint32_t, 4> alignments{alignment_of(b.data), alignment_of(a.data), alignment_of(c),
+                                                alignment_of(epilogue.bias ? epilogue.bias : c)};
+  const PlanKey key{device, type, compute, m, n, k, a.transposed, b.transposed, a.ld, b.ld, ldc, code, alignments};
+  lt::HeuristicResult plan{};
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(plan_cache().mutex);
+    auto found = plan_cache().plans.find(key);
+    if (found != plan_cache().plans.end()) {
+      plan = found->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    lt::check(api.preference_create(&d.preference), "cublasLtMatmulPreferenceCreate");
+    set(d.preference, lt::kPrefMaxWorkspaceBytes, static_cast<std::uint64_t>(kMaxWorkspace));
+    set(d.preference, lt::kPrefMinAlignmentA, alignments[0]);
+    set(d.preference, lt::kPrefMinAlignmentB, alignments[1]);
+    set(d.preference, lt::kPrefMinAlignmentC, alignments[2]);
+    set(d.preference, lt::kPrefMinAlignmentD, alignments[2]);
+    int returned = 0;
+    lt::check(api.algo_get_heuristic(handle_for(device), d.desc, d.a, d.b, d.c, d.c, d.preference, 1, &plan,
+                                     &returned),
+              "cublasLtMatmulAlgoGetHeuristic");
+    if (returned == 0 || plan.state != lt::kSuccess) {
+      throw cuda_error("sketchcore: cuBLASLt offers no algorithm for a " + std::to_string(m) + "×" + std::to_string(k) +
+                       "·" + std::to_string(k) + "×" + std::to_string(n) + " " + dtype_name(dtype) + " GEMM");
+    }
+    std::lock_guard<std::mutex> lock(plan_cache().mutex);
+    plan_cache().plans.emplace(key, plan);
+  }
+
+  DeviceBuffer workspace(device, plan.workspace_size, stream);
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  const void* alpha_p = is_double ? static_cast<const void*>(&alpha) : &alpha_f;
+  const void* beta_p = is_double ? static_cast<const void*>(&beta) : &beta_f;
+  lt::check(api.matmul(handle_for(device), d.desc, alpha_p, b.data, d.a, a.data, d.b, beta_p, c, d.c, c, d.c, &plan.algo,
+                       workspace.as<void>(), plan.workspace_size, stream),
+            "cublasLtMatmul");
+}
+
+}  // namespace sketchcore::cuda

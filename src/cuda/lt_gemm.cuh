@@ -1,0 +1,41 @@
+// Row-major GEMMs on cuBLASLt with its bias/activation epilogues, algorithm heuristics
+// cached per shape, workspace from the stream-ordered pool.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "sketchcore/epilogue.hpp"
+#include "sketchcore/tensor.hpp"
+
+namespace sketchcore::cuda {
+
+/// A read-only matrix operand in row-major terms, as detail::BlasMatrix: `transposed`
+/// means the memory holds it column by column (its transpose is row-major, leading
+/// dimension `ld`).
+struct DeviceMatrix {
+  const void* data;
+  bool transposed;
+  std::int64_t ld;
+};
+
+/// The part of an epilogue cuBLASLt applies inside the GEMM.
+struct LtEpilogue {
+  const void* bias = nullptr;                ///< contiguous (d_out,) of the GEMM's dtype, or null
+  Activation activation = Activation::none;  ///< none, relu or gelu_tanh
+};
+
+/// Whether cuBLASLt can apply `activation` (relu, and gelu_tanh, its GELU epilogue being
+/// the tanh form) for `dtype` (not float64, whose epilogues are not offered).
+bool lt_supports(DType dtype, Activation activation) noexcept;
+
+/// C (m×n, row-major, leading dimension ldc) = alpha·A (m×k)·B (k×n) + beta·C, then the
+/// epilogue, on `stream` of device `device`. float16/bfloat16 accumulate in float32;
+/// float32 uses TF32 only when `allow_tf32`. Requires m, n, k ≥ 1.
+/// @throws cuda_error when cuBLASLt fails or offers no algorithm
+void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+             const DeviceMatrix& a, const DeviceMatrix& b, double beta, void* c, std::int64_t ldc,
+             const LtEpilogue& epilogue, bool allow_tf32, cudaStream_t stream);
+
+}  // namespace sketchcore::cuda
