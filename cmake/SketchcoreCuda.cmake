@@ -34,6 +34,7 @@ function(sketchcore_add_cuda_backend target)
     target_sources(${target} PRIVATE
       "${PROJECT_SOURCE_DIR}/src/cuda/cublaslt_api.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/cuda_backend.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/cuda_common.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/device_pool.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu")

@@ -54,6 +54,14 @@ def _run_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias
         S_terms=S_terms, U_terms=U_terms)
 
 
+def _fake_gradients(x: Tensor, shapes, needs: list[bool], has_bias: bool) -> tuple[Tensor, ...]:
+    """Fake backward outputs: the gradient's shape where requested (the last one, the
+    bias's, only with a bias), else an empty tensor."""
+    last = len(shapes) - 1
+    return tuple(x.new_empty(shape if wanted and (i < last or has_bias) else (0,))
+                 for i, (shape, wanted) in enumerate(zip(shapes, needs)))
+
+
 def _or_empty(grad: Optional[Tensor], like: Tensor) -> Tensor:
     # Custom operators return tensors only: an empty tensor stands for "not requested".
     return grad if grad is not None else like.new_empty(0)
@@ -83,9 +91,7 @@ def _sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: 
 
 @_sketched_linear_backward.register_fake
 def _(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs):
-    shapes = (x.shape, S.shape, U.shape, (U.shape[-1],))
-    has = (True, True, True, bias is not None)
-    return tuple(x.new_empty(shape if wanted and ok else (0,)) for shape, wanted, ok in zip(shapes, needs, has))
+    return _fake_gradients(x, (x.shape, S.shape, U.shape, (U.shape[-1],)), needs, bias is not None)
 
 
 def _setup_context(ctx, inputs, output):
@@ -166,9 +172,8 @@ def _sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: T
 
 @_sklinear_backward.register_fake
 def _(grad, x, S1s, S2s, U1s, U2s, z, bias, activation, dropout_p, seed, needs):
-    shapes = (x.shape, S1s.shape, S2s.shape, U1s.shape, U2s.shape, (S2s.shape[-1],))
-    has = (True, True, True, True, True, bias is not None)
-    return tuple(x.new_empty(shape if wanted and ok else (0,)) for shape, wanted, ok in zip(shapes, needs, has))
+    return _fake_gradients(x, (x.shape, S1s.shape, S2s.shape, U1s.shape, U2s.shape, (S2s.shape[-1],)), needs,
+                           bias is not None)
 
 
 def _sklinear_setup_context(ctx, inputs, output):

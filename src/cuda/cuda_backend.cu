@@ -20,22 +20,6 @@
 
 namespace sketchcore::cuda {
 
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  throw cuda_error(std::string("sketchcore: ") + what + " failed: " + cudaGetErrorName(status) + " (" +
-                   cudaGetErrorString(status) + ")");
-}
-
-DeviceGuard::DeviceGuard(int device) {
-  check(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-}
-
-DeviceGuard::~DeviceGuard() {
-  int now = -1;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
-}
-
 namespace {
 
 using detail::SketchedMatmulProblem;
@@ -219,15 +203,7 @@ class CudaExecution {
   /// Sp = [S_1 … S_T] (d_in × r): in place when the (T, k) columns collapse, else packed.
   DeviceMatrix sketch_matrix(DeviceBuffer& storage) const {
     const TensorView& S = p_.S;
-    std::optional<std::int64_t> column_stride;
-    if (S.ndim() == 2 || p_.terms <= 1) {
-      column_stride = S.stride(-1);
-    } else if (p_.rank == 1) {
-      column_stride = S.stride(0);
-    } else if (S.stride(0) == p_.rank * S.stride(-1)) {
-      column_stride = S.stride(-1);
-    }
-    if (column_stride) {
+    if (const auto column_stride = detail::sketch_column_stride(S, p_.rank)) {
       const auto* base = static_cast<const char*>(S.data());
       if (auto op = detail::blas_operand(base, p_.d_in, r_, S.stride(-2), *column_stride)) {
         return {S.data(), op->transposed, op->ld};
@@ -247,17 +223,6 @@ class CudaExecution {
     return {storage.as<T>(), false, std::max<std::int64_t>(r_, 1)};
   }
 
-  /// Compact row-major strides for v's shape.
-  static Strided compact_like(const TensorView& v) {
-    Strided s = strided_of(v);
-    std::int64_t stride = 1;
-    for (int k = s.ndim - 1; k >= 0; --k) {
-      s.stride[k] = stride;
-      stride *= s.shape[k];
-    }
-    return s;
-  }
-
   /// Runs `gemm(dst, ld)` for a rows × cols result into `dest` directly when it is a
   /// row-major matrix (a sketch-shaped (terms, d_in, k) destination when its (terms, k)
   /// columns collapse), else into a buffer copied out after.
@@ -265,8 +230,7 @@ class CudaExecution {
   void write_matrix(const TensorView& dest, std::int64_t rows, std::int64_t cols, Gemm&& gemm, bool as_sketch) {
     std::optional<std::int64_t> ld;
     if (as_sketch) {
-      const bool three = dest.ndim() == 3 && dest.size(0) > 1;
-      if (dest.stride(-1) == 1 && (!three || dest.stride(0) == p_.rank)) ld = dest.stride(-2);
+      if (detail::sketch_column_stride(dest, p_.rank) == std::optional<std::int64_t>(1)) ld = dest.stride(-2);
     } else if (auto m = in_place(dest); m && !m->transposed) {
       ld = m->ld;
     }
@@ -299,17 +263,17 @@ class CudaExecution {
 
   void zero_gradients(const SketchedMatmulGradients& g) const {
     for (const auto* v : {g.x ? &*g.x : nullptr, g.S ? &*g.S : nullptr, g.U ? &*g.U : nullptr}) {
-      if (!v || v->numel() == 0) continue;
-      DeviceBuffer zeros = buffer(v->numel());
-      fill_zero<T>(zeros.as<T>(), v->numel(), stream_);
-      copy_strided<T>(zeros.as<T>(), compact_like(*v), static_cast<T*>(v->data()), strided_of(*v), stream_);
+      if (v) zero(*v);
     }
-    if (g.bias && (p_.rows == 0 || p_.d_out == 0) && g.bias->numel() > 0) {
-      DeviceBuffer zeros = buffer(g.bias->numel());
-      fill_zero<T>(zeros.as<T>(), g.bias->numel(), stream_);
-      copy_strided<T>(zeros.as<T>(), compact_like(*g.bias), static_cast<T*>(g.bias->data()), strided_of(*g.bias),
-                      stream_);
-    }
+    if (g.bias && (p_.rows == 0 || p_.d_out == 0)) zero(*g.bias);
+  }
+
+  /// Writes zeros into every element of `v` (any layout).
+  void zero(const TensorView& v) const {
+    if (v.numel() == 0) return;
+    DeviceBuffer zeros = buffer(v.numel());
+    fill_zero<T>(zeros.as<T>(), v.numel(), stream_);
+    copy_strided<T>(zeros.as<T>(), compact_like(v), static_cast<T*>(v.data()), strided_of(v), stream_);
   }
 
   /// d_in = 0 or r = 0: H = bias, so dbias = Σ_rows dy ⊙ keep/(1 − p) ⊙ act′(bias).

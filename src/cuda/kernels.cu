@@ -156,18 +156,26 @@ Strided strided_of(const TensorView& view) {
   return s;
 }
 
-Strided compact(std::initializer_list<std::int64_t> shape) {
-  Strided s;
-  s.ndim = static_cast<int>(shape.size());
-  int k = 0;
-  for (std::int64_t extent : shape) s.shape[k++] = extent;
+namespace {
+Strided with_compact_strides(Strided s) {
   std::int64_t stride = 1;
-  for (k = s.ndim - 1; k >= 0; --k) {
+  for (int k = s.ndim - 1; k >= 0; --k) {
     s.stride[k] = stride;
     stride *= s.shape[k];
   }
   return s;
 }
+}  // namespace
+
+Strided compact(std::initializer_list<std::int64_t> shape) {
+  Strided s;
+  s.ndim = static_cast<int>(shape.size());
+  int k = 0;
+  for (std::int64_t extent : shape) s.shape[k++] = extent;
+  return with_compact_strides(s);
+}
+
+Strided compact_like(const TensorView& view) { return with_compact_strides(strided_of(view)); }
 
 RowLayout row_layout_of(const TensorView& view) {
   if (view.ndim() > kMaxDims) strided_of(view);  // throws the dimension error

@@ -29,6 +29,9 @@ Strided strided_of(const TensorView& view);
 /// A compact row-major `shape` (used for scratch buffers).
 Strided compact(std::initializer_list<std::int64_t> shape);
 
+/// `view`'s shape with compact row-major strides (its packed copy).
+Strided compact_like(const TensorView& view);
+
 /// dst[i] = src[i] for every index of the common shape (`src.shape` is used).
 template <class T>
 void copy_strided(const T* src, const Strided& src_layout, T* dst, const Strided& dst_layout, cudaStream_t stream);

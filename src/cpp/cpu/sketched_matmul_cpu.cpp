@@ -49,18 +49,6 @@ struct FirstFactor {
   std::int64_t term_stride = 0;
 };
 
-/// True when the (terms, k) columns of an S-shaped view ((d_in, k) or (terms, d_in, k))
-/// collapse into one stride, and then that stride.
-std::optional<std::int64_t> sketch_column_stride(const TensorView& S, std::int64_t terms, std::int64_t rank) {
-  if (S.ndim() == 2 || terms <= 1) return S.stride(-1);
-  if (rank == 1) return S.stride(0);
-  if (S.stride(0) == rank * S.stride(-1)) return S.stride(-1);
-  return std::nullopt;
-}
-
-std::optional<std::int64_t> sketch_column_stride(const SketchedMatmulProblem& p) {
-  return sketch_column_stride(p.S, p.terms, p.rank);
-}
 
 /// `allow_batched` = false guarantees a matrix Sp (the backward multiplies by Spᵀ).
 template <class T>
@@ -70,7 +58,7 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   const std::int64_t r = p.terms * p.rank;
   const auto* base = static_cast<const T*>(S.data());
   FirstFactor<T> f;
-  if (const auto cs = sketch_column_stride(p)) {
+  if (const auto cs = sketch_column_stride(p.S, p.rank)) {
     if (auto op = blas_operand(base, p.d_in, r, S.stride(-2), *cs)) {
       f.sp = *op;
       return f;
@@ -298,7 +286,7 @@ class BackwardExecutor {
     }
     if (g_.S) {
       const TensorView& gs = *g_.S;
-      if (const auto cs = sketch_column_stride(gs, gs.ndim() == 3 ? gs.size(0) : 1, p_.rank)) {
+      if (const auto cs = sketch_column_stride(gs, p_.rank)) {
         if (auto o = blas_operand(static_cast<const T*>(gs.data()), d_in, s_width, gs.stride(-2), *cs);
             o && !o->transposed) {
           ds_direct = o;

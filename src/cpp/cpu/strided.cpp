@@ -124,6 +124,13 @@ ByteRange byte_range(const TensorView& view) noexcept {
   return {base + static_cast<std::uintptr_t>(lo), base + static_cast<std::uintptr_t>(hi + esize)};
 }
 
+std::optional<std::int64_t> sketch_column_stride(const TensorView& S, std::int64_t rank) noexcept {
+  if (S.ndim() == 2 || S.size(0) <= 1) return S.stride(-1);
+  if (rank == 1) return S.stride(0);
+  if (S.stride(0) == rank * S.stride(-1)) return S.stride(-1);
+  return std::nullopt;
+}
+
 bool overlaps(const TensorView& a, const TensorView& b) noexcept {
   const ByteRange ra = byte_range(a), rb = byte_range(b);
   if (ra.first == ra.last || rb.first == rb.last) return false;

@@ -61,6 +61,11 @@ void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::in
 template <class T>
 void pack_rows(const TensorView& view, T* dst);
 
+/// For an S-shaped view ((d_in, k) or (terms, d_in, k)): the one column stride of the
+/// d_in × terms·k matrix [S_1 … S_terms] when its (terms, k) columns collapse into one
+/// stride (then it can be read in place), else nullopt.
+std::optional<std::int64_t> sketch_column_stride(const TensorView& S, std::int64_t rank) noexcept;
+
 /// Byte range [first, last) that the elements of `view` occupy; first == last when empty.
 struct ByteRange {
   std::uintptr_t first = 0;
