@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sketchcore
+from _philox import philox4x32_10
 from sketchcore import sketch
 
 KINDS = ["gaussian", "rademacher", "uniform", "sparse_sign", "countsketch", "srht"]
@@ -56,6 +57,42 @@ def test_any_block_equals_that_block_of_the_whole(kind, dtype):
 def test_wider_operator_extends_the_narrower_one(kind):
     # Column j depends only on (seed, m, j): more columns append, never change.
     np.testing.assert_array_equal(make(kind, 20, 50).to_dense(), make(kind, 20, 80).to_dense()[:, :50])
+
+
+STREAMS = {"gaussian": 0x47415553, "rademacher": 0x52414445, "uniform": 0x554E4946}
+
+
+def documented_dense_entries(kind, m, n, seed):
+    """The unscaled entries of the table in sketch.hpp, from an independent NumPy Philox:
+    block (i/4, j, 0, stream), lane i%4; Box–Muller with NumPy's log/cos/sin."""
+    i = np.arange(m, dtype=np.uint64)[:, None] + np.zeros((1, n), np.uint64)
+    j = np.arange(n, dtype=np.uint64)[None, :] + np.zeros((m, 1), np.uint64)
+    words = np.stack(philox4x32_10(i >> np.uint64(2), j, 0 * i, np.full(i.shape, STREAMS[kind]),
+                                   seed & 0xFFFFFFFF, seed >> 32))
+    lane = (np.arange(m) % 4)[:, None] + np.zeros((1, n), int)
+    unit = (words.astype(np.float64) + 0.5) * 2.0**-32
+    pick = lambda w: np.take_along_axis(w, lane[None], axis=0)[0]  # noqa: E731
+    if kind == "rademacher":
+        return np.where(pick(words) >> np.uint64(31), -1.0, 1.0)
+    if kind == "uniform":
+        return math.sqrt(3) * (2 * pick(unit) - 1)
+    first = np.take_along_axis(unit, (lane[None] // 2) * 2, axis=0)[0]
+    second = np.take_along_axis(unit, (lane[None] // 2) * 2 + 1, axis=0)[0]
+    radius, angle = np.sqrt(-2 * np.log(first)), 2 * np.pi * second
+    return np.where(lane % 2 == 1, radius * np.sin(angle), radius * np.cos(angle))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "rademacher", "uniform"])
+def test_dense_entries_are_the_documented_mapping(kind):
+    seed = 0xFEEDFACE12345678
+    got = make(kind, 37, 129, seed, scale=False).to_dense()
+    expected = documented_dense_entries(kind, 37, 129, seed)
+    if kind == "gaussian":  # own log/sin/cos (same bits on every device) against NumPy's
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-15 * (1 + np.abs(expected)).max())
+    else:
+        np.testing.assert_array_equal(got, expected)
+    scaled = make(kind, 37, 129, seed).to_dense()
+    np.testing.assert_array_equal(scaled, got * (1 / math.sqrt(37)))
 
 
 def ks_statistic(samples, cdf):

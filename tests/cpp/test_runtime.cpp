@@ -47,7 +47,9 @@ TEST(Runtime, ExecutionScopesNestAndArePerThread) {
 TEST(Runtime, CudaDeviceCountMatchesTheBuild) {
   const int count = sketchcore::cuda_device_count();
   EXPECT_GE(count, 0);
-  if (!sketchcore::build_info().cuda) EXPECT_EQ(count, 0);
+  if (!sketchcore::build_info().cuda) {
+    EXPECT_EQ(count, 0);
+  }
 }
 
 TEST(Runtime, DeviceMemoryStatsOfAnUnusedDeviceAreZeroAndBadOrdinalsThrow) {

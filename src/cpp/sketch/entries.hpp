@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "detail/philox.hpp"
+#include "detail/portable_math.hpp"
 #include "sketchcore/sketch.hpp"
 
 namespace sketchcore::detail {
@@ -24,7 +25,17 @@ SKETCHCORE_HOST_DEVICE Philox4x32 sketch_block(std::uint64_t seed, std::uint32_t
 }
 
 /// (word + ½) / 2^32: a uniform number in (0, 1), never 0 or 1.
-SKETCHCORE_HOST_DEVICE double open_unit(std::uint32_t word) { return (static_cast<double>(word) + 0.5) * 2.3283064365386963e-10; }
+SKETCHCORE_HOST_DEVICE double open_unit(std::uint32_t word) {
+  return mul_rn(add_rn(static_cast<double>(word), 0.5), 0x1p-32);
+}
+
+/// Box–Muller on two words: returns the radius √(−2 log u₁) and sets sin/cos of the angle
+/// 2π·u₂, with the portable functions (same bits on every CPU and device).
+SKETCHCORE_HOST_DEVICE double box_muller(std::uint32_t radius_word, std::uint32_t angle_word, double& sine,
+                                         double& cosine) {
+  portable_sincos_turns(open_unit(angle_word), sine, cosine);
+  return sqrt_rn(mul_rn(-2.0, portable_log(open_unit(radius_word))));
+}
 
 /// Stream id of a dense kind.
 SKETCHCORE_HOST_DEVICE std::uint32_t dense_stream(SketchKind kind) {
@@ -43,12 +54,12 @@ SKETCHCORE_HOST_DEVICE double dense_from_block(SketchKind kind, const Philox4x32
   switch (kind) {
     case SketchKind::gaussian: {
       const int pair = lane >> 1;
-      const double radius = std::sqrt(-2.0 * std::log(open_unit(w.v[2 * pair])));
-      const double angle = 6.283185307179586 * open_unit(w.v[2 * pair + 1]);
-      return (lane & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
+      double sine, cosine;
+      const double radius = box_muller(w.v[2 * pair], w.v[2 * pair + 1], sine, cosine);
+      return mul_rn(radius, (lane & 1) ? sine : cosine);
     }
     case SketchKind::rademacher: return (w.v[lane] >> 31) ? -1.0 : 1.0;
-    case SketchKind::uniform: return 1.7320508075688772 * (2.0 * open_unit(w.v[lane]) - 1.0);
+    case SketchKind::uniform: return mul_rn(1.7320508075688772, add_rn(mul_rn(2.0, open_unit(w.v[lane])), -1.0));
     default: return 0.0;
   }
 }
@@ -58,10 +69,10 @@ SKETCHCORE_HOST_DEVICE double dense_from_block(SketchKind kind, const Philox4x32
 SKETCHCORE_HOST_DEVICE void dense_block_values(SketchKind kind, const Philox4x32& w, double values[4]) {
   if (kind == SketchKind::gaussian) {
     for (int pair = 0; pair < 2; ++pair) {
-      const double radius = std::sqrt(-2.0 * std::log(open_unit(w.v[2 * pair])));
-      const double angle = 6.283185307179586 * open_unit(w.v[2 * pair + 1]);
-      values[2 * pair] = radius * std::cos(angle);
-      values[2 * pair + 1] = radius * std::sin(angle);
+      double sine, cosine;
+      const double radius = box_muller(w.v[2 * pair], w.v[2 * pair + 1], sine, cosine);
+      values[2 * pair] = mul_rn(radius, cosine);
+      values[2 * pair + 1] = mul_rn(radius, sine);
     }
     return;
   }

@@ -15,6 +15,10 @@
 /// | countsketch | sparse_sign with nnz = 1 (±1)                       | as sparse_sign                      |
 /// | srht        | √(n'/m) · R · H · D restricted to the first n columns; n' = n rounded up to a power of two, H the orthonormal Walsh–Hadamard matrix, D = diag(±1) from (j/4, 0, 0, "SRHS"), R = m distinct rows of n' in ascending order, Floyd's sample from the stream (t/4, 0, 0, "SRHR") |
 ///
+/// Box–Muller uses sketchcore's own log and sin/cos (built from correctly rounded IEEE
+/// operations only, never fused), so Gaussian entries, like all others, are the same bits
+/// on every CPU, compiler and CUDA device.
+///
 /// With `scaled`, E[SᵀS] = I. Any block of S generated on its own equals the same block of
 /// the whole, whatever the thread count.
 #pragma once
