@@ -35,9 +35,11 @@ function(sketchcore_add_cuda_backend target)
       "${PROJECT_SOURCE_DIR}/src/cuda/cublaslt_api.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/cuda_backend.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/cuda_common.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/cuda_sketch.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/device_pool.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu"
-      "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu")
+      "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/sketch_kernels.cu")
     target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)
     target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})

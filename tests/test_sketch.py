@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sketchcore
+from _fake_dlpack import FakeProducer
 from _philox import philox4x32_10
 from sketchcore import sketch
 
@@ -257,6 +258,10 @@ def test_transpose_swaps_shape_and_is_its_own_inverse():
     (lambda: sketch.gaussian(4, 6, seed=1).apply(np.ones((6, 2)), out=np.ones((4, 2), np.float32)), TypeError,
      "out: expected dtype float64"),
     (lambda: sketch.gaussian(4, 6, seed=1) @ [[1.0]], TypeError, "a: expected an array supporting DLPack"),
+    (lambda: sketch.gaussian(4, 6, seed=1) @ np.ones((6, 2), np.float16), TypeError,
+     "a: expected dtype float32 or float64 (float16 and bfloat16 too on a CUDA device), got float16"),
+    (lambda: sketch.srht(4, 6, seed=1).to_dense(like=np.ones(1, np.float16)), TypeError,
+     "out: expected dtype float32 or float64 (float16 and bfloat16 too on a CUDA device), got float16"),
     (lambda: sketch.jl_min_dim(100, eps=1.5), ValueError, "eps: expected values in (0, 1)"),
     (lambda: sketch.jl_min_dim(0, eps=0.1), ValueError, "n_samples: expected positive numbers"),
 ])
@@ -271,3 +276,37 @@ def test_jl_min_dim_matches_scikit_learns_documented_values():
     assert sketch.jl_min_dim(1e6, eps=0.5) == 663
     np.testing.assert_array_equal(sketch.jl_min_dim(1e6, eps=[0.5, 0.1, 0.01]), [663, 11841, 1112658])
     np.testing.assert_array_equal(sketch.jl_min_dim([1e4, 1e5, 1e6], eps=0.1), [7894, 9868, 11841])
+
+
+# ------------------------------------------------------------- CUDA arrays, host side
+
+no_device = pytest.mark.skipif(sketchcore.cuda_device_count() > 0,
+                               reason="host memory labelled as CUDA would reach a real device; test_gpu.py covers it")
+
+
+@no_device
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_arrays_without_a_device_raise_cleanly_and_are_asked_for_the_stream(kind):
+    # Host memory labelled as cuda:0: a CUDA build reaches the CUDA runtime, which finds no
+    # device (RuntimeError); a CPU-only build refuses the device (TypeError). Never a crash,
+    # and the array is asked to be ready on the call's stream (legacy default: 1).
+    op = make(kind, 4, 6, **({"nnz": 2} if kind == "sparse_sign" else {}))
+    a, out = FakeProducer(np.ones((6, 3)), device=(2, 0)), FakeProducer(np.empty((4, 3)), device=(2, 0))
+    dense_out = FakeProducer(np.empty((4, 6)), device=(2, 0))
+    expected = (RuntimeError, "sketchcore: cuda") if sketchcore.build_info()["cuda"] else (
+        TypeError, "a: expected an array in CPU memory (this build of sketchcore has no CUDA backend), got cuda:0")
+    with pytest.raises(expected[0], match=expected[1].replace("(", r"\(").replace(")", r"\)")):
+        op.apply(a, out=out)
+    with pytest.raises(expected[0], match="sketchcore: cuda" if sketchcore.build_info()["cuda"] else "out: expected"):
+        sketch._sketch.to_dense(*op._args(), dense_out)
+    if sketchcore.build_info()["cuda"]:
+        assert [c.get("stream") for c in a.calls + out.calls + dense_out.calls] == [1, 1, 1]
+
+
+def test_out_on_another_device_than_a_is_refused():
+    op = make("gaussian", 4, 6)
+    out = FakeProducer(np.empty((4, 3)), device=(2, 0))
+    expected = "out: expected an array on cpu (the device of a), got cuda:0" if sketchcore.build_info()["cuda"] \
+        else "out: expected an array in CPU memory"
+    with pytest.raises(TypeError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        op.apply(np.ones((6, 3)), out=out)

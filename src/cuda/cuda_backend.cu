@@ -24,29 +24,6 @@ namespace {
 
 using detail::SketchedMatmulProblem;
 
-/// `view` (a matrix of its rows) as a cuBLASLt operand in place, if its layout allows.
-std::optional<DeviceMatrix> in_place(const TensorView& view) {
-  const detail::RowMatrix m = detail::as_row_matrix(view);
-  if (!m.row_stride) return std::nullopt;
-  const auto* base = static_cast<const char*>(view.data());
-  auto op = detail::blas_operand(base, m.rows, m.cols, *m.row_stride, m.col_stride);
-  if (!op) return std::nullopt;
-  return DeviceMatrix{view.data(), op->transposed, op->ld};
-}
-
-/// Rows [first, …) of an operand.
-template <class T>
-DeviceMatrix rows_from(const DeviceMatrix& m, std::int64_t first) {
-  const auto* base = static_cast<const T*>(m.data);
-  return {base + (m.transposed ? first : first * m.ld), m.transposed, m.ld};
-}
-
-/// The transpose (no copy).
-DeviceMatrix transposed(DeviceMatrix m) {
-  m.transposed = !m.transposed;
-  return m;
-}
-
 template <class T>
 class CudaExecution {
  public:

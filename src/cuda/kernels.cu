@@ -4,23 +4,12 @@
 #include <string>
 
 #include "cuda_common.cuh"
+#include "launch.cuh"
 #include "sketchcore/errors.hpp"
 
 namespace sketchcore::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, std::int64_t{1} << 20));
-}
-
-__device__ __forceinline__ std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ std::int64_t index_step() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 __device__ __forceinline__ std::int64_t row_offset(const RowLayout& layout, std::int64_t row) {
   std::int64_t offset = 0;

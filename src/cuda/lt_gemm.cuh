@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/tensor.hpp"
@@ -19,6 +20,30 @@ struct DeviceMatrix {
   bool transposed;
   std::int64_t ld;
 };
+
+/// `view` (a matrix of its rows: leading dimensions collapse into one) as an operand in
+/// place, if its layout allows (unit stride along rows or columns); else nullopt.
+std::optional<DeviceMatrix> in_place(const TensorView& view);
+
+/// Rows [first, …) of an operand (no copy).
+template <class T>
+DeviceMatrix rows_from(const DeviceMatrix& m, std::int64_t first) {
+  const auto* base = static_cast<const T*>(m.data);
+  return {base + (m.transposed ? first : first * m.ld), m.transposed, m.ld};
+}
+
+/// Columns [first, …) of an operand (no copy).
+template <class T>
+DeviceMatrix cols_from(const DeviceMatrix& m, std::int64_t first) {
+  const auto* base = static_cast<const T*>(m.data);
+  return {base + (m.transposed ? first * m.ld : first), m.transposed, m.ld};
+}
+
+/// The transpose (no copy).
+inline DeviceMatrix transposed(DeviceMatrix m) {
+  m.transposed = !m.transposed;
+  return m;
+}
 
 /// The part of an epilogue cuBLASLt applies inside the GEMM.
 struct LtEpilogue {

@@ -102,3 +102,4 @@ TEST(Sketch, InvalidOperatorsAndOperandsAreRefused) {
 }
 
 }  // namespace
+

@@ -7,6 +7,7 @@
 
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
+#include "detail/cuda_probe.hpp"
 #include "detail/parallel.hpp"
 #include "detail/scratch.hpp"
 #include "detail/strided.hpp"
@@ -26,17 +27,30 @@ constexpr std::int64_t kMaxExtent = (std::int64_t{1} << 31) - 1;
 /// Budget of a generated tile of a dense operator.
 constexpr std::int64_t kTileBytes = std::int64_t{4} << 20;
 
-bool is_dense(SketchKind k) {
-  return k == SketchKind::gaussian || k == SketchKind::rademacher || k == SketchKind::uniform;
-}
-bool is_sparse(SketchKind k) { return k == SketchKind::sparse_sign || k == SketchKind::countsketch; }
+using detail::is_dense_kind;
+using detail::is_sparse_kind;
+using detail::sparse_nnz;
 
+bool on_cuda(const TensorView& v) { return v.device().type == DeviceType::cuda; }
+
+/// CPU arrays of float32/float64; with the CUDA backend, CUDA arrays of any floating type.
+/// `like` (a) fixes the dtype and device of `out`.
 void check_array(const TensorView& v, const char* op, const char* name, const TensorView* like = nullptr) {
-  if (v.device().type != DeviceType::cpu) {
-    detail::fail<device_error>(op, name, "an array in CPU memory", device_name(v.device()));
+  const bool cuda = detail::cuda_compiled();
+  if (v.device().type != DeviceType::cpu && !(cuda && on_cuda(v))) {
+    detail::fail<device_error>(op, name,
+                               cuda ? "an array in CPU or CUDA memory"
+                                    : "an array in CPU memory (this build of sketchcore has no CUDA backend)",
+                               device_name(v.device()));
   }
-  if (v.dtype() != DType::float32 && v.dtype() != DType::float64) {
-    detail::fail<dtype_error>(op, name, "dtype float32 or float64", dtype_name(v.dtype()));
+  if (like && v.device() != like->device()) {
+    detail::fail<device_error>(op, name, "an array on " + device_name(like->device()) + " (the device of a)",
+                               device_name(v.device()));
+  }
+  const bool cpu_dtype = v.dtype() == DType::float32 || v.dtype() == DType::float64;
+  if (!cpu_dtype && !on_cuda(v)) {
+    detail::fail<dtype_error>(op, name, "dtype float32 or float64 (float16 and bfloat16 too on a CUDA device)",
+                              dtype_name(v.dtype()));
   }
   if (like && v.dtype() != like->dtype()) {
     detail::fail<dtype_error>(op, name, std::string("dtype ") + dtype_name(like->dtype()) + " (the dtype of a)",
@@ -108,11 +122,6 @@ Mat<T> writable(const TensorView& v, detail::Scratch<T>& scratch, bool& staged) 
 //   left  S·A  (A: n × p → m × p)      right  A·S  (A: q × m → q × n)
 //   left  Sᵀ·A (A: m × p → n × p)      right  A·Sᵀ (A: q × n → q × m)
 
-template <class T>
-void zero(const Mat<T>& m) {
-  for (std::int64_t i = 0; i < m.rows; ++i) std::fill(m.row(i), m.row(i) + m.cols, T(0));
-}
-
 /// Rows from r0 / columns from c0 of a BLAS operand of either layout.
 template <class T>
 detail::BlasMatrix<T> from_row(const detail::BlasMatrix<T>& a, std::int64_t r0) {
@@ -129,7 +138,7 @@ void apply_dense(const SketchOperator& op, Side side, bool transpose, const deta
                  std::int64_t a_rows, std::int64_t a_cols, const Mat<T>& out) {
   const std::int64_t m = op.rows, n = op.cols;
   const T scale = static_cast<T>(detail::entry_scale(op));
-  const std::int64_t width = std::clamp<std::int64_t>(kTileBytes / (m * std::int64_t(sizeof(T))), 64, n);
+  const std::int64_t width = std::min(n, std::max<std::int64_t>(64, kTileBytes / (m * std::int64_t(sizeof(T)))));
   detail::Scratch<T> tile_buffer(m * width);
   T* tile = tile_buffer.data();
   for (std::int64_t j0 = 0; j0 < n; j0 += width) {
@@ -153,19 +162,20 @@ void apply_dense(const SketchOperator& op, Side side, bool transpose, const deta
 template <class T>
 void apply_sparse(const SketchOperator& op, Side side, bool transpose, const Mat<T>& a, const Mat<T>& out) {
   const detail::SparseStructure s = detail::sparse_structure(op);
-  const std::int64_t n = op.cols, nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+  const std::int64_t n = op.cols, nnz = sparse_nnz(op);
   const double scale = detail::entry_scale(op);
   auto value = [&](std::int64_t j, std::int64_t k) { return static_cast<T>(scale * s.signs[static_cast<std::size_t>(j * nnz + k)]); };
   auto row_of = [&](std::int64_t j, std::int64_t k) { return std::int64_t(s.rows[static_cast<std::size_t>(j * nnz + k)]); };
-  if (side == Side::left && !transpose) {  // out[r, :] += v · A[j, :]; threads split the columns
-    zero(out);
-    detail::parallel_for(out.cols, 64, [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        for (std::int64_t k = 0; k < nnz; ++k) {
-          const T v = value(j, k);
-          const T* src = a.row(j);
-          T* dst = out.row(row_of(j, k));
-          for (std::int64_t c = c0; c < c1; ++c) dst[c] += v * src[c];
+  if (side == Side::left && !transpose) {  // out[r, :] = Σ v · A[j, :] over row r's nonzeros (as on CUDA)
+    const detail::SparseByRow by_row = detail::sparse_by_row(op, s);
+    detail::parallel_for(out.rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        T* dst = out.row(r);
+        std::fill(dst, dst + out.cols, T(0));
+        for (std::int64_t e = by_row.offsets[static_cast<std::size_t>(r)]; e < by_row.offsets[static_cast<std::size_t>(r + 1)]; ++e) {
+          const T v = static_cast<T>(scale * by_row.signs[static_cast<std::size_t>(e)]);
+          const T* src = a.row(by_row.cols[static_cast<std::size_t>(e)]);
+          for (std::int64_t c = 0; c < out.cols; ++c) dst[c] += v * src[c];
         }
       }
     });
@@ -300,7 +310,7 @@ void apply_batch(const SketchOperator& op, const TensorView& a, const TensorView
     const TensorView ab = matrix_at(a, a_offsets[b]), ob = matrix_at(out, out_offsets[b]);
     bool staged = false;
     const Mat<T> om = writable<T>(ob, out_scratch, staged);
-    if (is_dense(op.kind)) {  // BLAS reads either layout: pack only when it has neither
+    if (is_dense_kind(op.kind)) {  // BLAS reads either layout: pack only when it has neither
       const detail::RowMatrix rm = detail::as_row_matrix(ab);
       auto operand = detail::blas_operand<T>(ab, rm);
       if (!operand) {
@@ -310,7 +320,7 @@ void apply_batch(const SketchOperator& op, const TensorView& a, const TensorView
       apply_dense<T>(op, side, transpose, *operand, ab.size(0), ab.size(1), om);
     } else {
       const Mat<T> am = readable<T>(ab, a_scratch);
-      if (is_sparse(op.kind)) {
+      if (is_sparse_kind(op.kind)) {
         apply_sparse<T>(op, side, transpose, am, om);
       } else {
         apply_srht<T>(op, side, transpose, am, om);
@@ -386,31 +396,28 @@ void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64
     detail::fail<std::invalid_argument>(kOp, "out", "an array whose elements do not share memory",
                                         "strides " + shape_to_string(out.strides()));
   }
+  if (on_cuda(out)) {
+    detail::cuda_sketch_to_dense(op, out, row0, col0);
+    return;
+  }
   auto fill = [&](auto* base) {
     using T = std::remove_pointer_t<decltype(base)>;
     const std::int64_t rs = out.stride(0), cs = out.stride(1);
     const double scale = detail::entry_scale(op);
-    if (is_dense(op.kind)) {
+    if (is_dense_kind(op.kind)) {
       dense_block_into(op, row0, row0 + rows, col0, col0 + cols, scale, base, rs, cs);
       return;
     }
     for (std::int64_t i = 0; i < rows; ++i) {
       for (std::int64_t c = 0; c < cols; ++c) base[i * rs + c * cs] = T(0);
     }
-    if (is_sparse(op.kind)) {
-      const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
-      detail::parallel_for(cols, 256, [&](std::int64_t b, std::int64_t e) {
-        std::vector<std::int32_t> r(static_cast<std::size_t>(nnz));
-        std::vector<std::int8_t> sg(static_cast<std::size_t>(nnz));
-        std::vector<std::uint8_t> seen;
-        for (std::int64_t c = b; c < e; ++c) {
-          detail::sparse_column(op, col0 + c, r.data(), sg.data(), seen);
-          for (std::int64_t k = 0; k < nnz; ++k) {
-            const std::int64_t i = r[static_cast<std::size_t>(k)] - row0;
-            if (i >= 0 && i < rows) base[i * rs + c * cs] = static_cast<T>(scale * sg[static_cast<std::size_t>(k)]);
-          }
-        }
-      });
+    if (is_sparse_kind(op.kind)) {  // the block's columns, as the CUDA backend builds them
+      const std::int64_t nnz = sparse_nnz(op);
+      const detail::SparseStructure s = detail::sparse_structure(op, col0, cols);
+      for (std::int64_t e = 0; e < cols * nnz; ++e) {
+        const std::int64_t i = s.rows[static_cast<std::size_t>(e)] - row0;
+        if (i >= 0 && i < rows) base[i * rs + (e / nnz) * cs] = static_cast<T>(scale * s.signs[static_cast<std::size_t>(e)]);
+      }
     } else {
       const detail::SrhtStructure s = detail::srht_structure(op);
       detail::parallel_for(rows, 16, [&](std::int64_t b, std::int64_t e) {
@@ -477,6 +484,16 @@ void sketch_apply(const SketchOperator& op, const TensorView& a, const TensorVie
   if (a.numel() == 0 || out.numel() == 0) return;
   const bool column = side == Side::left;
   const TensorView av = as_matrix(a, column), ov = as_matrix(out, column);
+  if (on_cuda(a)) {
+    std::vector<TensorView> a_matrices, out_matrices;
+    const auto a_offsets = batch_offsets(av), out_offsets = batch_offsets(ov);
+    for (std::size_t b = 0; b < a_offsets.size(); ++b) {
+      a_matrices.push_back(matrix_at(av, a_offsets[b]));
+      out_matrices.push_back(matrix_at(ov, out_offsets[b]));
+    }
+    detail::cuda_sketch_apply(op, a_matrices, out_matrices, side, transpose);
+    return;
+  }
   if (a.dtype() == DType::float64) {
     apply_batch<double>(op, av, ov, side, transpose);
   } else {

@@ -37,22 +37,46 @@ void floyd_sample(WordStream& words, std::int64_t range, std::int64_t count, std
 void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows, std::int8_t* signs,
                    std::vector<std::uint8_t>& seen) {
   WordStream words(op.seed, static_cast<std::uint32_t>(j), kSparseStream);
-  const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+  const std::int64_t nnz = sparse_nnz(op);
   floyd_sample(words, op.rows, nnz, rows, seen);
   for (std::int64_t k = 0; k < nnz; ++k) signs[k] = (words.next() >> 31) ? std::int8_t(-1) : std::int8_t(1);
 }
 
-SparseStructure sparse_structure(const SketchOperator& op) {
-  const std::int64_t nnz = op.kind == SketchKind::countsketch ? 1 : op.nnz;
+SparseStructure sparse_structure(const SketchOperator& op, std::int64_t col0, std::int64_t count) {
+  const std::int64_t nnz = sparse_nnz(op);
+  if (count < 0) count = op.cols - col0;
   SparseStructure s;
-  s.rows.allocate(op.cols * nnz);
-  s.signs.allocate(op.cols * nnz);
-  parallel_for(op.cols, std::max<std::int64_t>(1, 4096 / nnz), [&](std::int64_t begin, std::int64_t end) {
+  s.rows.allocate(count * nnz);
+  s.signs.allocate(count * nnz);
+  parallel_for(count, std::max<std::int64_t>(1, 4096 / nnz), [&](std::int64_t begin, std::int64_t end) {
     std::vector<std::uint8_t> seen;
-    for (std::int64_t j = begin; j < end; ++j) {
-      sparse_column(op, j, s.rows.data() + j * nnz, s.signs.data() + j * nnz, seen);
+    for (std::int64_t c = begin; c < end; ++c) {
+      sparse_column(op, col0 + c, s.rows.data() + c * nnz, s.signs.data() + c * nnz, seen);
     }
   });
+  return s;
+}
+
+SparseByRow sparse_by_row(const SketchOperator& op, const SparseStructure& by_column) {
+  const std::int64_t nnz = sparse_nnz(op), total = op.cols * nnz;
+  SparseByRow s;
+  s.offsets.allocate(op.rows + 1);
+  s.cols.allocate(total);
+  s.signs.allocate(total);
+  std::int64_t* offsets = s.offsets.data();
+  std::fill(offsets, offsets + op.rows + 1, std::int64_t{0});
+  for (std::int64_t e = 0; e < total; ++e) ++offsets[by_column.rows.data()[e] + 1];
+  for (std::int64_t r = 0; r < op.rows; ++r) offsets[r + 1] += offsets[r];
+  // Counting sort, stable in the column: each row's columns come out ascending.
+  Scratch<std::int64_t> next(op.rows);
+  std::copy(offsets, offsets + op.rows, next.data());
+  for (std::int64_t j = 0; j < op.cols; ++j) {
+    for (std::int64_t k = 0; k < nnz; ++k) {
+      const std::int64_t e = j * nnz + k, slot = next.data()[by_column.rows.data()[e]]++;
+      s.cols.data()[slot] = static_cast<std::int32_t>(j);
+      s.signs.data()[slot] = by_column.signs.data()[e];
+    }
+  }
   return s;
 }
 
