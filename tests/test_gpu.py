@@ -138,6 +138,34 @@ def test_cupy_in_cupy_out():
     np.testing.assert_allclose(cupy.asnumpy(y), activate((x @ S) @ U, "silu"), rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("allocator", ["torch", "cupy"])
+def test_framework_allocators_serve_the_temporaries(allocator):
+    if allocator == "cupy":
+        cupy = pytest.importorskip("cupy")
+        pool = cupy.get_default_memory_pool()
+    gen = torch.Generator().manual_seed(9)
+    x, S, U, b = problem(gen, (300,), 200, 8, 100, 3, torch.float32)
+    expected = reference(as64(x), as64(S), as64(U), as64(b), "relu")
+    torch.cuda.synchronize()
+    before = sketchcore.memory.device_stats(0)
+    torch_allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+    cupy_used = pool.used_bytes() + pool.free_bytes() if allocator == "cupy" else 0
+    sketchcore.memory.set_device_allocator(allocator)
+    try:
+        y = sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu")
+        torch.cuda.synchronize()
+    finally:
+        sketchcore.memory.set_device_allocator("sketchcore")
+    assert relative_error(as64(y), expected) <= 1e-5
+    after = sketchcore.memory.device_stats(0)
+    assert after["num_allocs"] > before["num_allocs"] and after["current_bytes"] == before["current_bytes"]
+    assert after["reserved_bytes"] == before["reserved_bytes"]  # sketchcore's own pool was not used
+    if allocator == "torch":  # the output and every temporary came from torch
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - torch_allocs > 1
+    else:
+        assert pool.used_bytes() + pool.free_bytes() > cupy_used
+
+
 def test_tf32_is_opt_in():
     gen = torch.Generator().manual_seed(7)
     x, S, U, _ = problem(gen, (256,), 512, 32, 256, None, torch.float32)

@@ -64,6 +64,70 @@ inline ErrorKind device_empty_cache(int device, std::string& message) noexcept {
   return guarded([&] { sketchcore::device_empty_cache(device); }, message);
 }
 
+/// Callbacks of a device memory resource implemented in Python (they take the GIL).
+/// allocate returns null and sets `error` when it fails.
+using DeviceAllocateCallback = void* (*)(void* owner, std::size_t bytes, int device, std::uintptr_t stream,
+                                         std::string* error);
+using DeviceDeallocateCallback = void (*)(void* owner, void* block, std::size_t bytes, int device,
+                                          std::uintptr_t stream);
+
+/// A DeviceMemoryResource that forwards to Python callbacks (sketchcore.memory.set_device_allocator).
+class CallbackDeviceResource final : public sketchcore::DeviceMemoryResource {
+ public:
+  CallbackDeviceResource(void* owner, DeviceAllocateCallback allocate, DeviceDeallocateCallback deallocate)
+      : owner_(owner), allocate_(allocate), deallocate_(deallocate) {}
+
+  void* allocate(std::size_t bytes, int device, void* stream) override {
+    std::string error;
+    void* block = allocate_(owner_, bytes, device, reinterpret_cast<std::uintptr_t>(stream), &error);
+    if (!block) {
+      throw sketchcore::out_of_memory("sketchcore: the device allocator could not provide " + std::to_string(bytes) +
+                                      " bytes on CUDA device " + std::to_string(device) + ": " + error);
+    }
+    return block;
+  }
+  void deallocate(void* block, std::size_t bytes, int device, void* stream) noexcept override {
+    deallocate_(owner_, block, bytes, device, reinterpret_cast<std::uintptr_t>(stream));
+  }
+
+ private:
+  void* owner_;
+  DeviceAllocateCallback allocate_;
+  DeviceDeallocateCallback deallocate_;
+};
+
+/// Routes CUDA temporaries to the Python allocator `owner` (kept alive by the caller for the
+/// life of the process) or, when `owner` is null, back to sketchcore's pool. Resources are
+/// never destroyed: a call on another thread may still return a block to the previous one.
+inline void set_callback_device_resource(void* owner, DeviceAllocateCallback allocate,
+                                         DeviceDeallocateCallback deallocate) {
+  if (!owner) {
+    sketchcore::set_device_memory_resource(nullptr);
+    return;
+  }
+  sketchcore::set_device_memory_resource(new CallbackDeviceResource(owner, allocate, deallocate));
+}
+
+/// allocate / deallocate on the current device resource directly, without a device: lets
+/// the tests drive a Python allocator through the C++ path on any machine.
+inline ErrorKind device_resource_allocate(std::size_t bytes, int device, std::uintptr_t stream, std::uintptr_t& block,
+                                          std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::DeviceMemoryResource* resource = sketchcore::device_memory_resource();
+    if (!resource) throw std::logic_error("sketchcore: no device allocator is set (sketchcore's own pool is used)");
+    block = reinterpret_cast<std::uintptr_t>(resource->allocate(bytes, device, reinterpret_cast<void*>(stream)));
+  }, message);
+}
+
+inline ErrorKind device_resource_deallocate(std::uintptr_t block, std::size_t bytes, int device, std::uintptr_t stream,
+                                            std::string& message) noexcept {
+  return guarded([&] {
+    sketchcore::DeviceMemoryResource* resource = sketchcore::device_memory_resource();
+    if (!resource) throw std::logic_error("sketchcore: no device allocator is set (sketchcore's own pool is used)");
+    resource->deallocate(reinterpret_cast<void*>(block), bytes, device, reinterpret_cast<void*>(stream));
+  }, message);
+}
+
 inline sketchcore::Epilogue make_epilogue(const sketchcore::TensorView* bias, double scale, const std::string& activation,
                                           double dropout_p, std::uint64_t seed) {
   sketchcore::Epilogue epilogue;

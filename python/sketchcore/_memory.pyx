@@ -64,3 +64,55 @@ def set_limit(nbytes):
     if nbytes <= 0:
         raise ValueError(f"set_limit: nbytes: expected a positive number of bytes or None, got {nbytes}")
     check(core.host_pool_set_limit(True, nbytes, message), message)
+
+
+# ------------------------------------------------------------ device allocators
+# A Python allocator object is called from the C++ core (which runs without the GIL) by
+# the two callbacks below. Every allocator ever installed stays referenced here: a call on
+# another thread may still return a block to the one it came from.
+from libc.stdint cimport uintptr_t
+
+_installed_allocators = []
+
+
+cdef void* _allocate_callback(void* owner, size_t nbytes, int device, uintptr_t stream,
+                              string* error) noexcept with gil:
+    try:
+        address = (<object>owner).allocate(nbytes, device, stream)
+        if isinstance(address, bool) or not hasattr(address, "__index__"):
+            raise TypeError(f"allocate returned {type(address).__name__}, expected an int address")
+        address = address.__index__()
+        if address <= 0:
+            raise MemoryError(f"allocate returned the address {address}")
+        return <void*><uintptr_t>address
+    except BaseException as e:
+        error[0] = f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+        return NULL
+
+
+cdef void _deallocate_callback(void* owner, void* block, size_t nbytes, int device,
+                               uintptr_t stream) noexcept with gil:
+    # An exception cannot propagate into the C++ core: Cython reports it as unraisable.
+    (<object>owner).deallocate(<uintptr_t>block, nbytes, device, stream)
+
+
+def set_device_allocator(allocator):
+    """Installs `allocator` (an object with allocate/deallocate) or, for None, the pool."""
+    if allocator is None:
+        core.set_callback_device_resource(NULL, _allocate_callback, _deallocate_callback)
+        return
+    _installed_allocators.append(allocator)
+    core.set_callback_device_resource(<void*>allocator, _allocate_callback, _deallocate_callback)
+
+
+def _device_allocate(size_t nbytes, int device, uintptr_t stream):
+    """Calls the installed allocator through the C++ resource (for tests)."""
+    cdef uintptr_t block = 0
+    cdef string message
+    check(core.device_resource_allocate(nbytes, device, stream, block, message), message)
+    return block
+
+
+def _device_deallocate(uintptr_t block, size_t nbytes, int device, uintptr_t stream):
+    cdef string message
+    check(core.device_resource_deallocate(block, nbytes, device, stream, message), message)

@@ -74,6 +74,14 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
     ErrorKind device_memory_stats(int device, MemoryStats& stats, string& message)
     ErrorKind device_reset_peak(int device, string& message)
     ErrorKind device_empty_cache(int device, string& message)
+    ctypedef void* (*DeviceAllocateCallback)(void* owner, size_t nbytes, int device, uintptr_t stream, string* error)
+    ctypedef void (*DeviceDeallocateCallback)(void* owner, void* block, size_t nbytes, int device, uintptr_t stream)
+    void set_callback_device_resource(void* owner, DeviceAllocateCallback allocate,
+                                      DeviceDeallocateCallback deallocate)
+    ErrorKind device_resource_allocate(size_t nbytes, int device, uintptr_t stream, uintptr_t& block,
+                                       string& message)
+    ErrorKind device_resource_deallocate(uintptr_t block, size_t nbytes, int device, uintptr_t stream,
+                                         string& message)
     ErrorKind sketched_matmul_saving(const TensorView& x, const TensorView& S, const TensorView& U,
                                      const TensorView& out, const TensorView* bias, double scale,
                                      const string& activation, double dropout_p, uint64_t seed,

@@ -1,11 +1,14 @@
-"""sketchcore's host memory pool: where every CPU temporary of every operation comes from.
+"""Where sketchcore's temporaries come from: a caching host pool for the CPU, and for CUDA
+devices a stream-ordered pool or the caller's framework allocator.
 
-Freed blocks are cached per size class and reused, so repeated calls make no system
-allocation. Output arrays are not temporaries: they belong to the caller's framework.
+Freed blocks are cached and reused, so repeated calls make no system allocation. Output
+arrays are not temporaries: they belong to the caller's framework.
 """
 from __future__ import annotations
 
-from sketchcore import _memory
+from sketchcore import _device_allocators, _memory
+
+_device_allocator: object = "sketchcore"
 
 
 def stats() -> dict:
@@ -33,10 +36,55 @@ def set_limit(nbytes: int | None) -> None:
     _memory.set_limit(nbytes)
 
 
+def set_device_allocator(allocator) -> None:
+    """Chooses where the temporaries of CUDA calls come from:
+
+    * ``"sketchcore"`` (the default): sketchcore's stream-ordered pool (``cudaMallocAsync``
+      on a pool that keeps freed memory);
+    * ``"torch"``: PyTorch's caching allocator, so that torch and sketchcore share one pool
+      (the temporaries show in ``torch.cuda.memory_allocated``);
+    * ``"cupy"``: CuPy's current memory pool;
+    * any object with ``allocate(nbytes, device, stream) -> int`` (a device address, 256-byte
+      aligned, usable in order on the CUDA stream handle ``stream``) and
+      ``deallocate(address, nbytes, device, stream)``.
+
+    A block always returns to the allocator it came from. A Python allocator is called with
+    the GIL, once per temporary. When ``allocate`` raises, the sketchcore call raises
+    ``MemoryError`` with the allocator's message; an exception in ``deallocate`` is reported
+    as unraisable (the call goes on). Raises ``ValueError`` for an unknown name or a
+    framework that is not usable here, ``TypeError`` for an object without the methods."""
+    if allocator is None or allocator == "sketchcore":
+        _memory.set_device_allocator(None)
+        chosen = "sketchcore"
+    elif isinstance(allocator, str):
+        if allocator not in _device_allocators.NAMED:
+            raise ValueError(f"set_device_allocator: allocator: expected 'sketchcore', 'torch', 'cupy' or an object "
+                             f"with allocate/deallocate, got {allocator!r}")
+        _memory.set_device_allocator(_device_allocators.NAMED[allocator]())
+        chosen = allocator
+    else:
+        missing = [m for m in ("allocate", "deallocate") if not callable(getattr(allocator, m, None))]
+        if missing:
+            raise TypeError(f"set_device_allocator: allocator: expected 'sketchcore', 'torch', 'cupy' or an object "
+                            f"with allocate/deallocate methods, got {type(allocator).__name__} without "
+                            f"{' and '.join(missing)}")
+        _memory.set_device_allocator(allocator)
+        chosen = allocator
+    global _device_allocator
+    _device_allocator = chosen
+
+
+def get_device_allocator():
+    """The current device allocator: ``"sketchcore"``, ``"torch"``, ``"cupy"`` or the object
+    given to :func:`set_device_allocator`."""
+    return _device_allocator
+
+
 def device_stats(device: int = 0) -> dict:
-    """Counters of the stream-ordered pool that CUDA temporaries on device ``device`` come
-    from, with the keys of :func:`stats` (``reserved_bytes`` is what the pool holds from the
-    driver; ``num_cache_hits`` is 0, the driver's pool does not report them). All zero in a
+    """Counters of the CUDA temporaries on device ``device``, with the keys of :func:`stats`:
+    ``current_bytes``, ``peak_bytes`` and ``num_allocs`` count every temporary, whichever
+    allocator it came from; ``reserved_bytes`` is what sketchcore's own pool holds from the
+    driver; ``num_cache_hits`` is 0 (the driver's pool does not report them). All zero in a
     build without the CUDA backend or for a device sketchcore has not used."""
     return _memory.device_stats(device)
 
@@ -51,5 +99,5 @@ def device_empty_cache(device: int = 0) -> None:
     _memory.device_empty_cache(device)
 
 
-__all__ = ["device_empty_cache", "device_reset_peak", "device_stats", "empty_cache", "reset_peak", "set_limit",
-           "stats"]
+__all__ = ["device_empty_cache", "device_reset_peak", "device_stats", "empty_cache", "get_device_allocator",
+           "reset_peak", "set_device_allocator", "set_limit", "stats"]

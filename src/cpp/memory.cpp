@@ -137,6 +137,18 @@ void set_host_memory_resource(MemoryResource* resource) noexcept {
   g_host_resource.store(resource, std::memory_order_release);
 }
 
+DeviceMemoryResource::~DeviceMemoryResource() = default;
+
+namespace {
+std::atomic<DeviceMemoryResource*> g_device_resource{nullptr};
+}
+
+void set_device_memory_resource(DeviceMemoryResource* resource) noexcept {
+  g_device_resource.store(resource, std::memory_order_release);
+}
+
+DeviceMemoryResource* device_memory_resource() noexcept { return g_device_resource.load(std::memory_order_acquire); }
+
 namespace {
 void check_device_ordinal(int device) {
   if (device < 0) {

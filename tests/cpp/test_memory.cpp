@@ -114,3 +114,23 @@ TEST(HostPool, SketchedMatmulReturnsEveryTemporaryAndHonoursTheLimit) {
   pool.set_limit(std::nullopt);
   call();
 }
+
+namespace {
+
+/// A device resource that is never asked for memory here (no device): only installed.
+class UnusedDeviceResource final : public sketchcore::DeviceMemoryResource {
+ public:
+  void* allocate(std::size_t, int, void*) override { throw sketchcore::out_of_memory("unused"); }
+  void deallocate(void*, std::size_t, int, void*) noexcept override {}
+};
+
+TEST(DeviceMemoryResource, IsInstalledAndResetToTheOwnPool) {
+  EXPECT_EQ(sketchcore::device_memory_resource(), nullptr);  // default: sketchcore's pool
+  UnusedDeviceResource resource;
+  sketchcore::set_device_memory_resource(&resource);
+  EXPECT_EQ(sketchcore::device_memory_resource(), &resource);
+  sketchcore::set_device_memory_resource(nullptr);
+  EXPECT_EQ(sketchcore::device_memory_resource(), nullptr);
+}
+
+}  // namespace

@@ -85,9 +85,35 @@ SKETCHCORE_API MemoryResource& host_memory_resource() noexcept;
 /// resource must outlive every call that may use it.
 SKETCHCORE_API void set_host_memory_resource(MemoryResource* resource) noexcept;
 
-/// Counters of the stream-ordered pool that CUDA temporaries on device `device` come from
-/// (all zero when the CUDA backend is absent or the device was not used). reserved_bytes
-/// is what the pool holds from the driver; limit_bytes is 0.
+/// Interface of a source of CUDA device memory for temporaries, ordered on streams as
+/// cudaMallocAsync is: a block allocated on `stream` is used by work queued on `stream`
+/// after the call and is returned on the same stream once that work is queued (the
+/// resource must not hand it out for other streams' work before that work ran). Lets an
+/// application share one pool with its framework (PyTorch's caching allocator, CuPy's
+/// pool). Implementations must be thread-safe.
+class SKETCHCORE_API DeviceMemoryResource {
+ public:
+  virtual ~DeviceMemoryResource();
+  /// At least `bytes` (> 0) bytes of device `device`, aligned to 256 bytes, usable in stream
+  /// order on `stream` (a cudaStream_t; null is the legacy default stream).
+  /// @throws out_of_memory (or any std::exception) when it cannot
+  virtual void* allocate(std::size_t bytes, int device, void* stream) = 0;
+  /// Returns a block obtained from allocate(bytes, device, stream) with the same arguments.
+  virtual void deallocate(void* block, std::size_t bytes, int device, void* stream) noexcept = 0;
+};
+
+/// Routes the CUDA backend's temporaries to `resource` (nullptr: back to sketchcore's own
+/// stream-ordered pool). A block always returns to the resource it came from, so the
+/// resource may be changed between calls; it must outlive the calls that use it.
+SKETCHCORE_API void set_device_memory_resource(DeviceMemoryResource* resource) noexcept;
+
+/// The resource set by set_device_memory_resource(), or nullptr for sketchcore's own pool.
+SKETCHCORE_API DeviceMemoryResource* device_memory_resource() noexcept;
+
+/// Counters of the CUDA temporaries on device `device` (all zero when the CUDA backend is
+/// absent or the device was not used): current/peak bytes and allocations count every
+/// temporary, whichever resource it came from; reserved_bytes is what sketchcore's own
+/// pool holds from the driver; limit_bytes is 0.
 /// @throws std::invalid_argument for a negative device
 SKETCHCORE_API MemoryStats device_memory_stats(int device);
 
