@@ -181,6 +181,21 @@ def test_tf32_is_opt_in():
     assert relative_error(as64(fast), expected) <= 5e-3
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sklinear_follows_the_cuda_autocast_dtype(dtype):
+    from sketchcore.torch import SKLinear
+    torch.manual_seed(10)
+    layer = SKLinear(64, 48, 2, 8, activation="relu").cuda()
+    x = torch.randn(32, 64, device="cuda")
+    expected = layer(x).double()
+    with torch.autocast("cuda", dtype=dtype):
+        y = layer(x)
+    assert y.dtype == dtype
+    y.float().sum().backward()
+    assert layer.S1s.grad is not None and layer.S1s.grad.dtype == torch.float32
+    assert relative_error(as64(y), as64(expected)) <= DTYPES[dtype]
+
+
 def test_sklinear_trains_on_cuda_like_on_the_cpu():
     from sketchcore.torch import SKLinear
     torch.manual_seed(8)

@@ -305,6 +305,22 @@ def test_autocast_runs_in_float32():
     assert y.dtype == torch.float32
 
 
+@pytest.mark.parametrize("op", ["sketched_linear", "sklinear"])
+def test_forward_operators_have_a_cuda_autocast_kernel(op):
+    # The kernel itself runs on a CUDA device only (tests/test_gpu.py); here: it is registered.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sketchcore::{op}", "AutocastCUDA")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sketchcore::{op}", "AutocastCPU")
+
+
+def test_cuda_autocast_casts_like_torchs_matmuls():
+    from sketchcore.torch import _autocast_args
+    x32, x64, seed = torch.ones(2), torch.ones(2, dtype=torch.float64), torch.zeros(2, dtype=torch.int64)
+    cast = _autocast_args((x32, x64, seed, None, "relu", 0.5, x32.half()), "cpu", torch.bfloat16)
+    assert [getattr(a, "dtype", a) for a in cast] == [torch.bfloat16, torch.float64, torch.int64, None, "relu", 0.5,
+                                                     torch.bfloat16]
+    assert _autocast_args((x32,), "cuda", torch.float16)[0] is x32  # other devices are left alone
+
+
 def test_sketch_model_replaces_linear_layers_by_pattern():
     model = torch.nn.Sequential()
     model.add_module("encoder", torch.nn.Linear(16, 16))

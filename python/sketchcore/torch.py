@@ -4,7 +4,8 @@
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
 fullgraph=True)`` traces them without graph breaks, and they pass
-``torch.library.opcheck``. Under ``torch.autocast`` on the CPU they compute in float32.
+``torch.library.opcheck``. Under ``torch.autocast`` they compute in float32 on the CPU and
+in the region's dtype (float16 or bfloat16) on CUDA devices.
 """
 from __future__ import annotations
 
@@ -192,6 +193,35 @@ def _sklinear_backward_rule(ctx, grad_y, grad_z):
 
 torch.library.register_autograd("sketchcore::sklinear", _sklinear_backward_rule, setup_context=_sklinear_setup_context)
 torch.library.register_autocast("sketchcore::sklinear", "cpu", torch.float32)
+
+
+# --- CUDA autocast: the device computes in float16/bfloat16 natively, so the operators follow
+# the autocast dtype of the region, as torch's own matmuls do (torch.library.register_autocast
+# would fix one dtype at registration). ------------------------------------------------------
+
+_AUTOCAST_LIBRARY = torch.library.Library("sketchcore", "IMPL")
+
+
+def _autocast_args(args: tuple, device_type: str, dtype: torch.dtype) -> tuple:
+    """`args` with the floating-point tensors on `device_type` cast to `dtype`, except float64
+    ones (torch's autocast rule for matmuls); other arguments unchanged."""
+    return tuple(a.to(dtype) if isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
+                 and a.device.type == device_type else a for a in args)
+
+
+def _register_cuda_autocast(name: str) -> None:
+    overload = getattr(torch.ops.sketchcore, name).default
+    key = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+
+    def kernel(_keyset, *args):
+        with torch._C._ExcludeDispatchKeyGuard(key):
+            return overload(*_autocast_args(args, "cuda", torch.get_autocast_dtype("cuda")))
+
+    _AUTOCAST_LIBRARY.impl(name, kernel, "AutocastCUDA", with_keyset=True)
+
+
+_register_cuda_autocast("sketched_linear")
+_register_cuda_autocast("sklinear")
 
 
 def _checked_activation(activation: str, where: str) -> str:
