@@ -31,7 +31,8 @@ __global__ void generate_dense_kernel(SketchKind kind, std::uint64_t seed, std::
     const std::int64_t group = first_group + i / out.cols, c = i % out.cols;
     double values[4];
     detail::dense_block_values(kind, detail::dense_block(kind, seed, group * 4, col0 + c), values);
-    const std::int64_t lo = max(row0, group * 4), hi = min(row_end, group * 4 + 4);
+    const std::int64_t lo = row0 > group * 4 ? row0 : group * 4;
+    const std::int64_t hi = row_end < group * 4 + 4 ? row_end : group * 4 + 4;
     for (std::int64_t r = lo; r < hi; ++r) at(out, r - row0, c) = from_double<T>(detail::mul_rn(scale, values[r & 3]));
   }
 }
