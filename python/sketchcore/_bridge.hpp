@@ -108,23 +108,28 @@ inline void set_callback_device_resource(void* owner, DeviceAllocateCallback all
   sketchcore::set_device_memory_resource(new CallbackDeviceResource(owner, allocate, deallocate));
 }
 
-/// allocate / deallocate on the current device resource directly, without a device: lets
+/// The application's device resource; throws when sketchcore's own pool is in use.
+inline sketchcore::DeviceMemoryResource& installed_device_resource() {
+  sketchcore::DeviceMemoryResource* resource = sketchcore::device_memory_resource();
+  if (!resource) throw std::logic_error("sketchcore: no device allocator is set (sketchcore's own pool is used)");
+  return *resource;
+}
+
+/// allocate / deallocate on the installed device resource directly, without a device: lets
 /// the tests drive a Python allocator through the C++ path on any machine.
 inline ErrorKind device_resource_allocate(std::size_t bytes, int device, std::uintptr_t stream, std::uintptr_t& block,
                                           std::string& message) noexcept {
   return guarded([&] {
-    sketchcore::DeviceMemoryResource* resource = sketchcore::device_memory_resource();
-    if (!resource) throw std::logic_error("sketchcore: no device allocator is set (sketchcore's own pool is used)");
-    block = reinterpret_cast<std::uintptr_t>(resource->allocate(bytes, device, reinterpret_cast<void*>(stream)));
+    void* address = installed_device_resource().allocate(bytes, device, reinterpret_cast<void*>(stream));
+    block = reinterpret_cast<std::uintptr_t>(address);
   }, message);
 }
 
 inline ErrorKind device_resource_deallocate(std::uintptr_t block, std::size_t bytes, int device, std::uintptr_t stream,
                                             std::string& message) noexcept {
   return guarded([&] {
-    sketchcore::DeviceMemoryResource* resource = sketchcore::device_memory_resource();
-    if (!resource) throw std::logic_error("sketchcore: no device allocator is set (sketchcore's own pool is used)");
-    resource->deallocate(reinterpret_cast<void*>(block), bytes, device, reinterpret_cast<void*>(stream));
+    installed_device_resource().deallocate(reinterpret_cast<void*>(block), bytes, device,
+                                           reinterpret_cast<void*>(stream));
   }, message);
 }
 

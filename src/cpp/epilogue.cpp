@@ -24,13 +24,7 @@ const char* activation_name(Activation activation) noexcept {
 }
 
 Activation parse_activation(std::string_view name) {
-  std::string accepted;
-  for (Activation a : kAllActivations) {
-    if (name == activation_name(a)) return a;
-    accepted += accepted.empty() ? "one of " : ", ";
-    accepted += std::string("'") + activation_name(a) + "'";
-  }
-  detail::fail<std::invalid_argument>("sketched_matmul", "activation", accepted, "'" + std::string(name) + "'");
+  return detail::parse_named(name, kAllActivations, &activation_name, "sketched_matmul", "activation");
 }
 
 }  // namespace sketchcore

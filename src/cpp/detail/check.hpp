@@ -2,6 +2,8 @@
 //   "<op>: <argument>: expected <expected>, got <actual>"
 #pragma once
 
+#include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -23,6 +25,20 @@ template <class Error>
 [[noreturn]] void fail(std::string_view op, std::string_view argument, std::string_view expected,
                        std::string_view actual) {
   throw Error(argument_message(op, argument, expected, actual));
+}
+
+/// The value of `all` whose name_of() is `name`; else throws std::invalid_argument listing
+/// the accepted names ("one of 'a', 'b'").
+template <class Enum, std::size_t N>
+Enum parse_named(std::string_view name, const Enum (&all)[N], const char* (*name_of)(Enum) noexcept,
+                 std::string_view op, std::string_view argument) {
+  std::string accepted;
+  for (Enum value : all) {
+    if (name == name_of(value)) return value;
+    accepted += accepted.empty() ? "one of " : ", ";
+    accepted += std::string("'") + name_of(value) + "'";
+  }
+  fail<std::invalid_argument>(op, argument, accepted, "'" + std::string(name) + "'");
 }
 
 /// "shape (2, 3)" for a view, as the `actual` part of a message.

@@ -48,35 +48,24 @@ SKETCHCORE_HOST_DEVICE Philox4x32 dense_block(SketchKind kind, std::uint64_t see
   return sketch_block(seed, static_cast<std::uint32_t>(i >> 2), static_cast<std::uint32_t>(j), dense_stream(kind));
 }
 
-/// Unscaled entry of a dense kind in lane `lane` (= i % 4) of its block: N(0,1), ±1 or
-/// U(−√3, √3). Gaussian: Box–Muller on words (0, 1) for lanes 0–1, (2, 3) for lanes 2–3.
-SKETCHCORE_HOST_DEVICE double dense_from_block(SketchKind kind, const Philox4x32& w, int lane) {
-  switch (kind) {
-    case SketchKind::gaussian: {
-      const int pair = lane >> 1;
-      double sine, cosine;
-      const double radius = box_muller(w.v[2 * pair], w.v[2 * pair + 1], sine, cosine);
-      return mul_rn(radius, (lane & 1) ? sine : cosine);
-    }
-    case SketchKind::rademacher: return (w.v[lane] >> 31) ? -1.0 : 1.0;
-    case SketchKind::uniform: return mul_rn(1.7320508075688772, add_rn(mul_rn(2.0, open_unit(w.v[lane])), -1.0));
-    default: return 0.0;
-  }
-}
-
-/// All four unscaled entries of a block (lanes 0–3), sharing Box–Muller's transcendental
-/// functions between the two lanes of a pair; equal to dense_from_block lane by lane.
+/// The four unscaled entries of a block (rows 4·(i/4) … +3 in lanes 0–3): N(0, 1), ±1 or
+/// U(−√3, √3). Gaussian: Box–Muller on words (0, 1) for lanes 0–1 and (2, 3) for lanes
+/// 2–3, cosine in the even lane, sine in the odd one.
 SKETCHCORE_HOST_DEVICE void dense_block_values(SketchKind kind, const Philox4x32& w, double values[4]) {
   if (kind == SketchKind::gaussian) {
-    for (int pair = 0; pair < 2; ++pair) {
+    for (int lane = 0; lane < 4; lane += 2) {
       double sine, cosine;
-      const double radius = box_muller(w.v[2 * pair], w.v[2 * pair + 1], sine, cosine);
-      values[2 * pair] = mul_rn(radius, cosine);
-      values[2 * pair + 1] = mul_rn(radius, sine);
+      const double radius = box_muller(w.v[lane], w.v[lane + 1], sine, cosine);
+      values[lane] = mul_rn(radius, cosine);
+      values[lane + 1] = mul_rn(radius, sine);
     }
     return;
   }
-  for (int lane = 0; lane < 4; ++lane) values[lane] = dense_from_block(kind, w, lane);
+  for (int lane = 0; lane < 4; ++lane) {
+    values[lane] = kind == SketchKind::rademacher
+                       ? ((w.v[lane] >> 31) ? -1.0 : 1.0)
+                       : mul_rn(1.7320508075688772, add_rn(mul_rn(2.0, open_unit(w.v[lane])), -1.0));  // uniform
+  }
 }
 
 /// Sequential 32-bit words of one Philox stream: word t is lane t%4 of block t/4.

@@ -345,13 +345,7 @@ const char* sketch_kind_name(SketchKind kind) noexcept {
 }
 
 SketchKind parse_sketch_kind(std::string_view name) {
-  std::string accepted;
-  for (SketchKind k : kKinds) {
-    if (name == sketch_kind_name(k)) return k;
-    accepted += accepted.empty() ? "one of " : ", ";
-    accepted += std::string("'") + sketch_kind_name(k) + "'";
-  }
-  detail::fail<std::invalid_argument>("sketch", "kind", accepted, "'" + std::string(name) + "'");
+  return detail::parse_named(name, kKinds, &sketch_kind_name, "sketch", "kind");
 }
 
 void validate_sketch(const SketchOperator& op) {

@@ -32,8 +32,7 @@ void floyd_sample(WordStream& words, std::int64_t range, std::int64_t count, std
   std::sort(out, out + count);
 }
 
-}  // namespace
-
+/// Rows (ascending) and signs (+1/−1) of the nnz nonzeros of sparse column j.
 void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows, std::int8_t* signs,
                    std::vector<std::uint8_t>& seen) {
   WordStream words(op.seed, static_cast<std::uint32_t>(j), kSparseStream);
@@ -41,6 +40,8 @@ void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows,
   floyd_sample(words, op.rows, nnz, rows, seen);
   for (std::int64_t k = 0; k < nnz; ++k) signs[k] = (words.next() >> 31) ? std::int8_t(-1) : std::int8_t(1);
 }
+
+}  // namespace
 
 SparseStructure sparse_structure(const SketchOperator& op, std::int64_t col0, std::int64_t count) {
   const std::int64_t nnz = sparse_nnz(op);

@@ -18,10 +18,6 @@ inline bool is_sparse_kind(SketchKind k) { return k == SketchKind::sparse_sign |
 /// Nonzeros per column of a sparse kind.
 inline std::int64_t sparse_nnz(const SketchOperator& op) { return op.kind == SketchKind::countsketch ? 1 : op.nnz; }
 
-/// Rows (ascending) and signs (+1/−1) of the nnz nonzeros of sparse column j.
-void sparse_column(const SketchOperator& op, std::int64_t j, std::int32_t* rows, std::int8_t* signs,
-                   std::vector<std::uint8_t>& seen);
-
 /// Columns [col0, col0 + count) (all columns when count < 0): rows and signs in
 /// column-major blocks of nnz (column col0 + c at c·nnz), built in parallel into pooled
 /// memory.
