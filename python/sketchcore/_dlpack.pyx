@@ -135,7 +135,10 @@ cdef ImportedTensor import_array(object obj, str name, bint for_writing, object 
         shape.push_back(dl.shape[i])
         if dl.strides is not NULL:
             strides.push_back(dl.strides[i])
-    t.view = TensorView(<char*>dl.data + dl.byte_offset, dtype, shape, strides, device)
+    try:
+        t.view = TensorView(<char*>dl.data + dl.byte_offset, dtype, shape, strides, device)
+    except ValueError as e:  # extents whose products overflow 64 bits
+        raise ValueError(f"{name}: {e}") from None
     return t
 
 

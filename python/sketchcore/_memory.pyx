@@ -59,10 +59,12 @@ def set_limit(nbytes):
         check(core.host_pool_set_limit(False, 0, message), message)
         return
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-        raise TypeError(f"nbytes: expected an int or None, got {type(nbytes).__name__}")
+        raise TypeError(f"set_limit: nbytes: expected an int or None, got {type(nbytes).__name__}")
     nbytes = nbytes.__index__()
     if nbytes <= 0:
         raise ValueError(f"set_limit: nbytes: expected a positive number of bytes or None, got {nbytes}")
+    if nbytes >= 2**64:
+        raise ValueError(f"set_limit: nbytes: expected a number of bytes below 2**64, got {nbytes}")
     check(core.host_pool_set_limit(True, nbytes, message), message)
 
 

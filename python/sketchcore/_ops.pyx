@@ -85,6 +85,21 @@ cdef class _EpilogueArgs:
     cdef uint64_t seed
 
 
+cdef double _real(object value, str name) except? -1.0:
+    """`value` as a double; a real number too large for one is a ValueError naming `name`."""
+    # Exact float first: the numbers.Real check goes through the ABC machinery.
+    if type(value) is float:
+        return value
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, Real)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        text = repr(value)
+        raise ValueError(f"sketched_matmul: {name}: expected a finite number, got "
+                         f"{text if len(text) <= 40 else text[:20] + '...' + text[-8:]} (too large for a float64)") from None
+
+
 cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed):
     cdef _EpilogueArgs e = _EpilogueArgs.__new__(_EpilogueArgs)
     if activation is None:
@@ -92,13 +107,8 @@ cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
     e.activation = activation.encode("utf-8")
-    # Exact float/int first: the numbers.Real check goes through the ABC machinery.
-    if type(scale) is not float and type(scale) is not int and not isinstance(scale, Real):
-        raise TypeError(f"scale: expected a real number, got {type(scale).__name__}")
-    e.scale = scale
-    if type(dropout_p) is not float and type(dropout_p) is not int and not isinstance(dropout_p, Real):
-        raise TypeError(f"dropout_p: expected a real number, got {type(dropout_p).__name__}")
-    e.dropout_p = dropout_p
+    e.scale = _real(scale, "scale")
+    e.dropout_p = _real(dropout_p, "dropout_p")
     e.seed = 0
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, Integral):
@@ -266,9 +276,16 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     name in ``needs``, ``"bias"`` without a bias, or dropout without its seed.
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, False)
-    wanted = (_GRADIENTS if bias is not None else _GRADIENTS[:3]) if needs is None else tuple(needs)
+    if needs is None:
+        wanted = _GRADIENTS if bias is not None else _GRADIENTS[:3]
+    elif isinstance(needs, (str, bytes)) or not hasattr(needs, "__iter__"):
+        # A string is iterable, but "xU" is not the collection ("x", "U").
+        raise TypeError(f"sketched_matmul_backward: needs: expected a collection of names from {_GRADIENTS} "
+                        f"such as ('x', 'S'), got {type(needs).__name__} {needs!r}")
+    else:
+        wanted = tuple(needs)
     for name in wanted:
-        if name not in _GRADIENTS:
+        if not isinstance(name, str) or name not in _GRADIENTS:
             raise ValueError(f"sketched_matmul_backward: needs: expected names from {_GRADIENTS}, got {name!r}")
     if "bias" in wanted and bias is None:
         raise ValueError("sketched_matmul_backward: needs: 'bias' requested but bias is None")
@@ -280,6 +297,10 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     cdef ImportedTensor zt = _import(intermediate, "intermediate", False, stream)
     cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
     cdef const TensorView* bias_view = _view_or_null(bt)
+    cdef string message
+    cdef vector[int64_t] out_shape
+    # x, S and U checked first: the gradients' shapes below are read from them.
+    check(core.output_shape(xt.view, st.view, ut.view, out_shape, message), message)
     dtype = core.dtype_name(xt.view.dtype()).decode()
     results = []
     cdef list imported = []
@@ -301,7 +322,6 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
             results.append(array)
         else:
             results.append(None)
-    cdef string message
     cdef ErrorKind kind
     _enter_cuda(stream)
     with nogil:
@@ -312,8 +332,15 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     return tuple(results)
 
 
-def set_num_threads(int num_threads):
+def set_num_threads(num_threads):
     """Sets how many CPU threads sketchcore (its own loops and its BLAS) may use (≥ 1)."""
+    if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
+        raise TypeError(f"set_num_threads: num_threads: expected an int, got {type(num_threads).__name__}")
+    num_threads = num_threads.__index__()
+    if num_threads < 1:
+        raise ValueError(f"set_num_threads: num_threads: expected an integer ≥ 1, got {num_threads}")
+    if num_threads > 2**31 - 1:
+        raise ValueError(f"set_num_threads: num_threads: expected an integer ≤ 2**31 - 1, got {num_threads}")
     cdef string message
     check(core.set_num_threads(num_threads, message), message)
 

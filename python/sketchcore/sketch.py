@@ -65,21 +65,26 @@ class SketchOperator:
         _sketch.to_dense(*self._args(), out)
         return out.T if self.transposed else out
 
-    def block(self, rows: slice, cols: slice, dtype=None):
-        """Rows ``rows`` × columns ``cols`` (unit-step slices) of the operator as a NumPy
-        array, generated on their own: bit-identical to the same block of ``to_dense()``."""
+    def block(self, rows, cols, dtype=None):
+        """Rows ``rows`` × columns ``cols`` of the operator as a NumPy array, generated on
+        their own: bit-identical to the same block of ``to_dense()``. Each index is a
+        unit-step slice or an int; an int selects one row (column) and drops that
+        dimension, as NumPy indexing does (``S.block(3, slice(None))`` is row 3, 1-D)."""
         import numpy as np
         m, n = self.shape
-        r0, r1, rs = rows.indices(m)
-        c0, c1, cs = cols.indices(n)
-        if rs != 1 or cs != 1:
-            raise ValueError("block: rows and cols must be slices with step 1")
+        r0, r1 = _block_range(rows, m, "rows")
+        c0, c1 = _block_range(cols, n, "cols")
         if self.transposed:
             r0, r1, c0, c1 = c0, c1, r0, r1
         out = np.empty((max(r1 - r0, 0), max(c1 - c0, 0)), dtype=np.dtype(dtype or "float64"))
         if out.size:
             _sketch.to_dense(*self._args(), out, r0, c0)
-        return out.T if self.transposed else out
+        result = out.T if self.transposed else out
+        if not isinstance(cols, slice):
+            result = result[:, 0]
+        if not isinstance(rows, slice):
+            result = result[0]
+        return result
 
     def apply(self, A, side: str = "left", out=None):
         """``self @ A`` (side="left") or ``A @ self`` (side="right"), into ``out`` if given."""
@@ -99,6 +104,22 @@ class SketchOperator:
         extra = f", nnz={self.nnz}" if self.kind == "sparse_sign" else ""
         t = ".T" if self.transposed else ""
         return f"sketchcore.sketch.{self.kind}({self.m}, {self.n}, seed={self.seed}{extra}, scale={self.scale}){t}"
+
+
+def _block_range(index, extent: int, name: str) -> tuple[int, int]:
+    """[begin, end) selected by a unit-step slice or an int along an axis of `extent`."""
+    if isinstance(index, slice):
+        begin, end, step = index.indices(extent)
+        if step != 1:
+            raise ValueError(f"block: {name}: expected a slice with step 1, got step {step}")
+        return begin, max(begin, end)
+    if isinstance(index, bool) or not isinstance(index, Integral):
+        raise TypeError(f"block: {name}: expected a slice or an int, got {type(index).__name__}")
+    i = int(index)
+    if not -extent <= i < extent:
+        raise IndexError(f"block: {name}: expected an index in [-{extent}, {extent}), got {i}")
+    i %= extent
+    return i, i + 1
 
 
 def _framework_empty(like):

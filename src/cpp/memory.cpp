@@ -39,17 +39,30 @@ CachingHostPool::~CachingHostPool() {
   delete state_;
 }
 
+namespace {
+/// The largest request the pool serves: 2**62 bytes (far beyond any machine's memory; the
+/// bound keeps the size-class arithmetic and the statistics free of overflow).
+constexpr std::size_t kLargest = std::size_t{1} << 62;
+}  // namespace
+
 std::size_t CachingHostPool::size_class(std::size_t bytes) noexcept {
   constexpr std::size_t kSmallest = 512;
   if (bytes <= kSmallest) return kSmallest;
   // Four classes per power of two: 2^e · {1, 1.25, 1.5, 1.75}; at most 25% rounding.
+  // Above kLargest rounding could overflow; such a request can never be served anyway, and
+  // allocate() refuses it before asking for a class.
+  if (bytes > kLargest) return bytes;
   std::size_t power = kSmallest;
-  while (power * 2 < bytes) power *= 2;
+  while (power < bytes / 2) power *= 2;
   const std::size_t step = power / 4;
   return (bytes + step - 1) / step * step;
 }
 
 void* CachingHostPool::allocate(std::size_t bytes) {
+  if (bytes > kLargest) {
+    throw out_of_memory("sketchcore host memory pool: a request of " + std::to_string(bytes) +
+                        " bytes exceeds the largest block the pool hands out (" + std::to_string(kLargest) + " bytes)");
+  }
   const std::size_t size = size_class(bytes);
   std::lock_guard<std::mutex> lock(state_->mutex);
   MemoryStats& s = state_->stats;

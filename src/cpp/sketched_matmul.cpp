@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <stdexcept>
 #include <string>
 
 #include "detail/backend.hpp"
 #include "detail/check.hpp"
+#include "detail/checked.hpp"
 #include "detail/cuda_probe.hpp"
 #include "detail/strided.hpp"
 #include "sketchcore/errors.hpp"
@@ -86,11 +88,19 @@ Extents check_operands(const TensorView& x, const TensorView& S, const TensorVie
     detail::fail<shape_error>(kOp, "x", "last dimension d_in = " + std::to_string(e.d_in) + " (S.shape[-2])",
                               detail::describe_shape(x));
   }
-  e.rows = x.numel() / (e.d_in > 0 ? e.d_in : 1);
-  if (e.d_in == 0) {
-    e.rows = 1;
-    for (int d = 0; d + 1 < x.ndim(); ++d) e.rows *= x.size(d);
-  }
+  // Every size the backends derive (T·k, the rows × T·k intermediate, the rows × d_out
+  // output, byte counts of packed operands) must fit a signed 64-bit byte count.
+  detail::check_addressable(kOp, "x", x);
+  detail::check_addressable(kOp, "S", S);
+  detail::check_addressable(kOp, "U", U);
+  std::optional<std::int64_t> rows = 1;
+  for (int d = 0; d + 1 < x.ndim(); ++d) rows = rows ? detail::checked_mul(*rows, x.size(d)) : std::nullopt;
+  detail::check_addressable(kOp, "x", rows, x.dtype(), "leading dimensions " + detail::describe_shape(x));
+  e.rows = *rows;
+  const std::optional<std::int64_t> width = detail::checked_mul(e.terms, e.rank);
+  detail::check_addressable(kOp, "S", width, x.dtype(), "T·k columns of " + detail::describe_shape(S));
+  detail::checked_elements(kOp, "S", e.rows, *width, x.dtype(), "the intermediate x·S");
+  detail::checked_elements(kOp, "U", e.rows, e.d_out, x.dtype(), "the output");
   return e;
 }
 
@@ -121,6 +131,7 @@ void check_epilogue(const TensorView& x, const Epilogue& epilogue, const Extents
 /// and no overlap with anything else the call reads or writes.
 void check_destination(const TensorView& v, const char* name, const std::vector<std::int64_t>& expected,
                        const TensorView& x, std::initializer_list<std::pair<const TensorView*, const char*>> others) {
+  detail::check_addressable(kOp, name, v);
   if (v.shape() != expected) {
     detail::fail<shape_error>(kOp, name, "shape " + shape_to_string(expected), detail::describe_shape(v));
   }
@@ -139,6 +150,7 @@ void check_destination(const TensorView& v, const char* name, const std::vector<
 
 /// Z must be readable and writable by BLAS as one row-major matrix.
 void check_row_major(const TensorView& v, const char* name) {
+  if (v.numel() == 0) return;  // nothing is read or written (NumPy gives empty arrays zero strides)
   const detail::RowMatrix m = detail::as_row_matrix(v);
   const bool ok = m.row_stride && (m.cols <= 1 || m.col_stride == 1) &&
                   (m.rows <= 1 || *m.row_stride >= std::max<std::int64_t>(m.cols, 1));

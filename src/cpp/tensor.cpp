@@ -1,8 +1,11 @@
 #include "sketchcore/tensor.hpp"
 
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "detail/check.hpp"
+#include "detail/checked.hpp"
 #include "sketchcore/errors.hpp"
 
 namespace sketchcore {
@@ -50,17 +53,50 @@ TensorView::TensorView(void* data, DType dtype, std::vector<std::int64_t> shape,
       detail::fail<shape_error>("TensorView", "shape", "non-negative extents", shape_to_string(shape_));
     }
   }
+  // numel() and every element offset must be representable: a producer may hand over
+  // extents (stride-0 views, foreign DLPack tensors) whose products overflow 64 bits.
+  std::optional<std::int64_t> count = 1;
+  for (std::int64_t extent : shape_) count = count ? detail::checked_mul(*count, extent) : std::nullopt;
+  if (!count && numel_is_nonzero()) {
+    detail::fail<shape_error>("TensorView", "shape", "extents whose product fits in a signed 64-bit integer",
+                              shape_to_string(shape_));
+  }
   if (strides_.empty()) {
     strides_.resize(shape_.size());
     std::int64_t running = 1;
     for (std::size_t i = shape_.size(); i-- > 0;) {
       strides_[i] = running;
-      running *= shape_[i] > 0 ? shape_[i] : 1;
+      // Cannot overflow for a non-empty view (numel fits); an empty one may have any strides.
+      running = detail::checked_mul(running, shape_[i] > 0 ? shape_[i] : 1).value_or(0);
     }
   } else if (strides_.size() != shape_.size()) {
     detail::fail<shape_error>("TensorView", "strides", std::to_string(shape_.size()) + " strides (one per dimension)",
                               std::to_string(strides_.size()));
   }
+  if (!offsets_fit()) {
+    detail::fail<shape_error>("TensorView", "strides",
+                              "strides whose largest byte offset fits in a signed 64-bit integer",
+                              shape_to_string(strides_) + " for shape " + shape_to_string(shape_));
+  }
+}
+
+bool TensorView::numel_is_nonzero() const noexcept {
+  for (std::int64_t extent : shape_) {
+    if (extent == 0) return false;
+  }
+  return true;
+}
+
+bool TensorView::offsets_fit() const noexcept {
+  if (!numel_is_nonzero()) return true;
+  std::int64_t span = 0;  // Σ |stride| · (extent − 1): the distance between the extreme elements
+  for (std::size_t i = 0; i < shape_.size(); ++i) {
+    const std::int64_t stride = strides_[i];
+    if (stride == std::numeric_limits<std::int64_t>::min()) return false;
+    const std::optional<std::int64_t> reach = detail::checked_mul(stride < 0 ? -stride : stride, shape_[i] - 1);
+    if (!reach || __builtin_add_overflow(span, *reach, &span)) return false;
+  }
+  return detail::checked_mul(span, static_cast<std::int64_t>(dtype_size(dtype_))).has_value();
 }
 
 namespace {
@@ -82,8 +118,9 @@ std::int64_t TensorView::size(int dim) const { return shape_[checked_dim(dim, nd
 std::int64_t TensorView::stride(int dim) const { return strides_[checked_dim(dim, ndim(), "TensorView::stride")]; }
 
 std::int64_t TensorView::numel() const noexcept {
+  if (!numel_is_nonzero()) return 0;
   std::int64_t n = 1;
-  for (std::int64_t extent : shape_) n *= extent;
+  for (std::int64_t extent : shape_) n *= extent;  // fits: checked by the constructor
   return n;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "sketchcore/memory.hpp"
@@ -26,7 +27,11 @@ class Scratch {
   /// (Re)allocates room for `count` elements; throws out_of_memory on failure.
   T* allocate(std::int64_t count) {
     release();
-    const std::size_t bytes = static_cast<std::size_t>(count > 0 ? count : 1) * sizeof(T);
+    std::size_t bytes;
+    if (__builtin_mul_overflow(static_cast<std::size_t>(count > 0 ? count : 1), sizeof(T), &bytes)) {
+      throw out_of_memory("sketchcore: a temporary of " + std::to_string(count) + " elements of " +
+                          std::to_string(sizeof(T)) + " bytes exceeds the address space");
+    }
     MemoryResource& resource = host_memory_resource();
     data_ = static_cast<T*>(resource.allocate(bytes));
     resource_ = &resource;

@@ -7,6 +7,7 @@
 
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
+#include "detail/checked.hpp"
 #include "detail/cuda_probe.hpp"
 #include "detail/parallel.hpp"
 #include "detail/scratch.hpp"
@@ -56,6 +57,7 @@ void check_array(const TensorView& v, const char* op, const char* name, const Te
     detail::fail<dtype_error>(op, name, std::string("dtype ") + dtype_name(like->dtype()) + " (the dtype of a)",
                               dtype_name(v.dtype()));
   }
+  detail::check_addressable(op, name, v);
 }
 
 // ------------------------------------------------------------------- dense generation

@@ -67,7 +67,8 @@ class SKETCHCORE_API CachingHostPool final : public MemoryResource {
   /// Caps reserved_bytes at `limit` bytes (nullopt: no cap). An allocation that would
   /// exceed it first releases the cache, then throws out_of_memory.
   void set_limit(std::optional<std::size_t> limit) noexcept;
-  /// The size class a request of `bytes` is rounded up to.
+  /// The size class a request of `bytes` is rounded up to (`bytes` itself above 2**62, a
+  /// request allocate() refuses with out_of_memory).
   static std::size_t size_class(std::size_t bytes) noexcept;
 
  private:

@@ -64,7 +64,9 @@ class SKETCHCORE_API TensorView {
   /// @param shape   extent of each dimension (each ≥ 0)
   /// @param strides element stride of each dimension; empty = compact row-major
   /// @param device  where `data` lives
-  /// @throws shape_error if an extent is negative or `strides` and `shape` differ in length
+  /// @throws shape_error if an extent is negative, `strides` and `shape` differ in length,
+  ///        the element count overflows a signed 64-bit integer, or the byte distance
+  ///        between the first and the last element does
   TensorView(void* data, DType dtype, std::vector<std::int64_t> shape,
              std::vector<std::int64_t> strides = {}, Device device = {});
 
@@ -90,6 +92,9 @@ class SKETCHCORE_API TensorView {
   bool is_contiguous() const noexcept;
 
  private:
+  bool numel_is_nonzero() const noexcept;
+  bool offsets_fit() const noexcept;
+
   void* data_ = nullptr;
   DType dtype_ = DType::float32;
   Device device_{};
