@@ -63,11 +63,15 @@ class FakeProducer:
 
     byte_offset_elements: report data = array start − offset and byte_offset = offset·itemsize
     (the array must have that many elements before it in its base buffer).
+    shape, strides: report these (strides in elements) instead of the array's own, e.g.
+    extents no NumPy array can have.
     """
 
     def __init__(self, array, *, versioned=True, flags=0, byte_offset_elements=0, null_strides=False,
-                 device=(1, 0), dtype_code=None, major=1, accepts_keywords=True):
+                 device=(1, 0), dtype_code=None, major=1, accepts_keywords=True, shape=None, strides=None):
         self.array = array
+        self.shape = tuple(array.shape) if shape is None else tuple(shape)
+        self.strides = tuple(s // array.itemsize for s in array.strides) if strides is None else tuple(strides)
         self.versioned = versioned
         self.flags = flags
         self.offset = byte_offset_elements * array.itemsize
@@ -91,15 +95,16 @@ class FakeProducer:
             raise TypeError("__dlpack__() takes no keyword arguments")
         self.calls.append(kwargs)
         a = self.array
-        shape = (ctypes.c_int64 * a.ndim)(*a.shape)
-        strides = (ctypes.c_int64 * a.ndim)(*(s // a.itemsize for s in a.strides))
+        ndim = len(self.shape)
+        shape = (ctypes.c_int64 * ndim)(*self.shape)
+        strides = (ctypes.c_int64 * ndim)(*self.strides)
         deleter = DELETER(self._deleter)
         managed = DLManagedTensorVersioned() if self.versioned else DLManagedTensor()
         t = managed.dl_tensor
         t.data = a.__array_interface__["data"][0] - self.offset
         t.byte_offset = self.offset
         t.device = DLDevice(*self.device)
-        t.ndim = a.ndim
+        t.ndim = ndim
         t.dtype = DLDataType(self.dtype_code[0], self.dtype_code[1], 1)
         t.shape = ctypes.cast(shape, c_int64_p)
         t.strides = None if self.null_strides else ctypes.cast(strides, c_int64_p)

@@ -244,6 +244,9 @@ def _term_range(value, name):
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
         raise TypeError(f"sketched_matmul_backward: {name}: expected None or a pair of ints (begin, end), "
                         f"got {value!r}")
+    if value[0] < 0 or value[1] < 0:  # no Python-style negative indices: (0, -1) is not "all but the last"
+        raise ValueError(f"sketched_matmul_backward: {name}: expected a range 0 ≤ begin ≤ end ≤ T, "
+                         f"got [{value[0]}, {value[1]})")
     return value
 
 

@@ -146,6 +146,9 @@ def _seed(seed) -> int:
 def _extent(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not -(2**63) <= value < 2**63:  # the core checks the range, once the value fits its int64
+        expected = "[1, m]" if name == "nnz" else "[1, 2^31)"
+        raise ValueError(f"sketch: {name}: expected an integer in {expected}, got {value}")
     return int(value)
 
 

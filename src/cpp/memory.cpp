@@ -53,7 +53,7 @@ std::size_t CachingHostPool::size_class(std::size_t bytes) noexcept {
   // allocate() refuses it before asking for a class.
   if (bytes > kLargest) return bytes;
   std::size_t power = kSmallest;
-  while (power < bytes / 2) power *= 2;
+  while (power < bytes - power) power *= 2;  // power * 2 < bytes, without overflow
   const std::size_t step = power / 4;
   return (bytes + step - 1) / step * step;
 }
