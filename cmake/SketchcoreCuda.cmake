@@ -1,13 +1,24 @@
 # CUDA backend switch. SKETCHCORE_CUDA = AUTO | ON | OFF.
-# AUTO enables the backend when a CUDA compiler is found; OFF never looks for one, so a
-# CPU-only build needs no CUDA toolkit. The backend sources live in src/cuda/ and are
-# compiled into the one `sketchcore` library behind the private backend interface.
+# AUTO enables the backend when a CUDA compiler is found AND this machine has a CUDA driver
+# (libcuda.so.1): compiling the kernels takes minutes, so a pip install on a machine that
+# cannot run them (a CPU box that happens to have nvcc) stays fast. ON builds it whenever
+# nvcc exists (wheel builders, compile checks); OFF never looks for a toolkit, so a CPU-only
+# build needs none. The backend sources live in src/cuda/ and are compiled into the one
+# `sketchcore` library behind the private backend interface.
 include(CheckLanguage)
 
 set(SKETCHCORE_WITH_CUDA OFF)
+set(_sc_cuda_note "")
 if(SKETCHCORE_CUDA STREQUAL "ON" OR SKETCHCORE_CUDA STREQUAL "AUTO")
   check_language(CUDA)
-  if(CMAKE_CUDA_COMPILER)
+  if(SKETCHCORE_CUDA STREQUAL "AUTO" AND CMAKE_CUDA_COMPILER)
+    # The driver library, never the toolkit's link stub (that one is named libcuda.so).
+    find_library(SKETCHCORE_CUDA_DRIVER NAMES libcuda.so.1 HINTS /usr/lib/wsl/lib /usr/local/nvidia/lib64)
+    if(NOT SKETCHCORE_CUDA_DRIVER)
+      set(_sc_cuda_note " (nvcc found but no CUDA driver here; -DSKETCHCORE_CUDA=ON or SKETCHCORE_CUDA=ON builds it anyway)")
+    endif()
+  endif()
+  if(CMAKE_CUDA_COMPILER AND (SKETCHCORE_CUDA STREQUAL "ON" OR SKETCHCORE_CUDA_DRIVER))
     set(SKETCHCORE_WITH_CUDA ON)
   elseif(SKETCHCORE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "SKETCHCORE_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER or use AUTO/OFF)")
@@ -22,7 +33,7 @@ if(SKETCHCORE_WITH_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)
   endif()
 endif()
-message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}")
+message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}${_sc_cuda_note}")
 
 # Adds the CUDA backend (src/cuda/) to `target` when enabled. The CUDA runtime is linked
 # statically (it loads the driver itself, so the library still loads on machines without

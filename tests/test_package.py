@@ -32,3 +32,47 @@ def test_thread_count_round_trips():
     finally:
         sketchcore.set_num_threads(before)
     assert sketchcore.get_num_threads() == before
+
+
+def _package_files():
+    files = importlib.metadata.files("sketchcore") or []
+    return [str(f) for f in files]
+
+
+def test_wheel_ships_the_license_and_one_native_library():
+    files = _package_files()
+    assert any(f.endswith("dist-info/licenses/LICENSE") or f.endswith("dist-info/LICENSE") for f in files), files
+    libraries = [f for f in files if os.path.basename(f).startswith("libsketchcore.so")]
+    assert libraries == ["sketchcore/lib/libsketchcore.so"], libraries
+
+
+def test_only_public_files_are_installed():
+    files = _package_files()
+    private = [f for f in files if f.endswith((".pyx", ".pxd", "_bridge.hpp", "dlpack_abi.h"))]
+    assert not private, private
+
+
+def test_exported_cmake_targets_name_no_build_environment():
+    """The BLAS is a private link dependency of the shared library: the installed CMake files
+    must not point into the (deleted) pip build environment."""
+    cmake_dir = os.path.join(sketchcore.cmake_prefix(), "lib", "cmake", "sketchcore")
+    for name in os.listdir(cmake_dir):
+        with open(os.path.join(cmake_dir, name)) as f:
+            text = f.read()
+        assert "openblas" not in text.lower() and "sketchcore_blas" not in text, name
+
+
+def test_cpp_program_builds_against_the_pip_installed_package(tmp_path):
+    import shutil
+    import subprocess
+    cmake = shutil.which("cmake")
+    assert cmake, "CMake is a build requirement of sketchcore and must be on PATH"
+    examples = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
+    build = tmp_path / "build"
+    configure = [cmake, "-S", examples, "-B", str(build), f"-DCMAKE_PREFIX_PATH={sketchcore.cmake_prefix()}"]
+    if shutil.which("ninja"):
+        configure += ["-G", "Ninja"]
+    for command in (configure, [cmake, "--build", str(build)], [str(build / "sketched_layer")]):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.rstrip().endswith("OK"), result.stdout

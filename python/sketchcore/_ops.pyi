@@ -1,4 +1,9 @@
-from typing import Any, Literal, TypedDict
+from collections.abc import Collection
+from typing import Any, Literal, TypedDict, TypeVar
+
+# Results are arrays of x's (or grad_out's) framework: NumPy in, NumPy out; torch in, torch out.
+ArrayT = TypeVar("ArrayT")
+Gradient = Literal["x", "S", "U", "bias"]
 
 Activation = Literal["none", "relu", "gelu", "gelu_tanh", "silu"]
 
@@ -9,7 +14,7 @@ class BuildInfo(TypedDict):
     cuda_runtime_version: int
 
 def sketched_matmul(
-    x: Any,
+    x: ArrayT,
     S: Any,
     U: Any,
     *,
@@ -18,11 +23,11 @@ def sketched_matmul(
     scale: float = 1.0,
     dropout_p: float = 0.0,
     seed: int | None = None,
-    out: Any | None = None,
+    out: ArrayT | None = None,
     intermediate: Any | None = None,
-) -> Any: ...
+) -> ArrayT: ...
 def sketched_matmul_backward(
-    grad_out: Any,
+    grad_out: ArrayT,
     x: Any,
     S: Any,
     U: Any,
@@ -33,10 +38,10 @@ def sketched_matmul_backward(
     scale: float = 1.0,
     dropout_p: float = 0.0,
     seed: int | None = None,
-    needs: tuple[str, ...] | None = None,
+    needs: Collection[Gradient] | None = None,
     S_terms: tuple[int, int] | None = None,
     U_terms: tuple[int, int] | None = None,
-) -> tuple[Any | None, Any | None, Any | None, Any | None]: ...
+) -> tuple[ArrayT | None, ArrayT | None, ArrayT | None, ArrayT | None]: ...
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...
 def build_info() -> BuildInfo: ...

@@ -3,11 +3,17 @@ sketchcore.torch for differentiable PyTorch modules)."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sketchcore._ops import sketched_matmul
 
+if TYPE_CHECKING:
+    from sketchcore._ops import Activation
 
-def _concatenate(a, b):
+ArrayT = TypeVar("ArrayT")
+
+
+def _concatenate(a: Any, b: Any) -> Any:
     """[a; b] along the first axis, in the arrays' own framework."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor):
@@ -19,7 +25,8 @@ def _concatenate(a, b):
     return np.concatenate([a, b], axis=0)
 
 
-def sklinear(x, S1s, S2s, U1s, U2s, bias=None, *, activation="none"):
+def sklinear(x: ArrayT, S1s: Any, S2s: Any, U1s: Any, U2s: Any, bias: Any | None = None, *,
+             activation: Activation | None = "none") -> ArrayT:
     """Panther's sketched linear layer as one packed pair of GEMMs:
 
         activation(1/(2T) · Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + bias)

@@ -6,12 +6,25 @@ arrays are not temporaries: they belong to the caller's framework.
 """
 from __future__ import annotations
 
+from typing import TypedDict
+
 from sketchcore import _device_allocators, _memory
 
 _device_allocator: object = "sketchcore"
 
 
-def stats() -> dict:
+class MemoryStats(TypedDict):
+    """Counters of a memory pool, as :func:`stats` and :func:`device_stats` return them."""
+
+    current_bytes: int
+    peak_bytes: int
+    reserved_bytes: int
+    num_allocs: int
+    num_cache_hits: int
+    limit_bytes: int | None
+
+
+def stats() -> MemoryStats:
     """Counters of the pool: ``current_bytes`` (in use), ``peak_bytes`` (most in use since
     the last :func:`reset_peak`), ``reserved_bytes`` (held from the system: in use + cached),
     ``num_allocs``, ``num_cache_hits`` (allocations served from the cache) and
@@ -36,7 +49,7 @@ def set_limit(nbytes: int | None) -> None:
     _memory.set_limit(nbytes)
 
 
-def set_device_allocator(allocator) -> None:
+def set_device_allocator(allocator: object) -> None:
     """Chooses where the temporaries of CUDA calls come from:
 
     * ``"sketchcore"`` (the default): sketchcore's stream-ordered pool (``cudaMallocAsync``
@@ -74,13 +87,13 @@ def set_device_allocator(allocator) -> None:
     _device_allocator = chosen
 
 
-def get_device_allocator():
+def get_device_allocator() -> object:
     """The current device allocator: ``"sketchcore"``, ``"torch"``, ``"cupy"`` or the object
     given to :func:`set_device_allocator`."""
     return _device_allocator
 
 
-def device_stats(device: int = 0) -> dict:
+def device_stats(device: int = 0) -> MemoryStats:
     """Counters of the CUDA temporaries on device ``device``, with the keys of :func:`stats`:
     ``current_bytes``, ``peak_bytes`` and ``num_allocs`` count every temporary, whichever
     allocator it came from; ``reserved_bytes`` is what sketchcore's own pool holds from the
@@ -99,5 +112,5 @@ def device_empty_cache(device: int = 0) -> None:
     _memory.device_empty_cache(device)
 
 
-__all__ = ["device_empty_cache", "device_reset_peak", "device_stats", "empty_cache", "get_device_allocator",
+__all__ = ["MemoryStats", "device_empty_cache", "device_reset_peak", "device_stats", "empty_cache", "get_device_allocator",
            "reset_peak", "set_device_allocator", "set_limit", "stats"]

@@ -17,8 +17,16 @@ from __future__ import annotations
 import secrets
 import sys
 from numbers import Integral
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from sketchcore import _sketch
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# Results are arrays of the operand's framework and dtype: NumPy in, NumPy out; torch in, torch out.
+ArrayT = TypeVar("ArrayT")
 
 __all__ = ["SketchOperator", "countsketch", "gaussian", "jl_min_dim", "rademacher", "sparse_sign", "srht", "uniform"]
 
@@ -50,10 +58,17 @@ class SketchOperator:
         """The transposed operator (same entries, no copy)."""
         return SketchOperator(self.kind, self.m, self.n, self.seed, self.nnz, self.scale, not self.transposed)
 
-    def _args(self):
+    def _args(self) -> tuple[str, int, int, int, int, bool]:
         return self.kind, self.m, self.n, self.seed, self.nnz, self.scale
 
-    def to_dense(self, dtype=None, like=None):
+    @overload
+    def to_dense(self, dtype: npt.DTypeLike = None, like: None = None) -> npt.NDArray[Any]: ...
+    @overload
+    def to_dense(self, dtype: Any = None, *, like: ArrayT) -> ArrayT: ...
+    @overload
+    def to_dense(self, dtype: Any, like: ArrayT) -> ArrayT: ...
+
+    def to_dense(self, dtype: Any = None, like: Any = None) -> Any:
         """The operator as a dense array: of ``like``'s framework and device when given,
         else NumPy. ``dtype`` defaults to ``like``'s dtype, else float64."""
         import numpy as np
@@ -65,7 +80,7 @@ class SketchOperator:
         _sketch.to_dense(*self._args(), out)
         return out.T if self.transposed else out
 
-    def block(self, rows, cols, dtype=None):
+    def block(self, rows: slice | int, cols: slice | int, dtype: npt.DTypeLike = None) -> npt.NDArray[Any]:
         """Rows ``rows`` × columns ``cols`` of the operator as a NumPy array, generated on
         their own: bit-identical to the same block of ``to_dense()``. Each index is a
         unit-step slice or an int; an int selects one row (column) and drops that
@@ -86,18 +101,18 @@ class SketchOperator:
             result = result[0]
         return result
 
-    def apply(self, A, side: str = "left", out=None):
+    def apply(self, A: ArrayT, side: Literal["left", "right"] = "left", out: ArrayT | None = None) -> ArrayT:
         """``self @ A`` (side="left") or ``A @ self`` (side="right"), into ``out`` if given."""
         if side not in ("left", "right"):
             raise ValueError(f"side: expected 'left' or 'right', got {side!r}")
         return _sketch.apply(*self._args(), A, side == "right", self.transposed, out)
 
-    def __matmul__(self, A):
+    def __matmul__(self, A: ArrayT) -> ArrayT:
         if isinstance(A, SketchOperator):
-            return NotImplemented
+            return NotImplemented  # type: ignore[unreachable]
         return self.apply(A, "left")
 
-    def __rmatmul__(self, A):
+    def __rmatmul__(self, A: ArrayT) -> ArrayT:
         return self.apply(A, "right")
 
     def __repr__(self) -> str:
@@ -106,7 +121,7 @@ class SketchOperator:
         return f"sketchcore.sketch.{self.kind}({self.m}, {self.n}, seed={self.seed}{extra}, scale={self.scale}){t}"
 
 
-def _block_range(index, extent: int, name: str) -> tuple[int, int]:
+def _block_range(index: object, extent: int, name: str) -> tuple[int, int]:
     """[begin, end) selected by a unit-step slice or an int along an axis of `extent`."""
     if isinstance(index, slice):
         begin, end, step = index.indices(extent)
@@ -122,7 +137,7 @@ def _block_range(index, extent: int, name: str) -> tuple[int, int]:
     return i, i + 1
 
 
-def _framework_empty(like):
+def _framework_empty(like: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
         return lambda shape, dtype: torch.empty(shape, dtype=dtype, device=like.device)
@@ -133,7 +148,7 @@ def _framework_empty(like):
     raise TypeError(f"like: expected an array (numpy, torch, or an array-API namespace), got {type(like).__name__}")
 
 
-def _seed(seed) -> int:
+def _seed(seed: object) -> int:
     if seed is None:
         return secrets.randbits(64)
     if isinstance(seed, bool) or not isinstance(seed, Integral):
@@ -143,7 +158,7 @@ def _seed(seed) -> int:
     return int(seed)
 
 
-def _extent(value, name: str) -> int:
+def _extent(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if not -(2**63) <= value < 2**63:  # the core checks the range, once the value fits its int64
@@ -152,7 +167,7 @@ def _extent(value, name: str) -> int:
     return int(value)
 
 
-def _make(kind, m, n, seed, nnz=1, scale=True):
+def _make(kind: str, m: int, n: int, seed: int | None, nnz: int = 1, scale: bool = True) -> SketchOperator:
     return SketchOperator(kind, _extent(m, "m"), _extent(n, "n"), _seed(seed), _extent(nnz, "nnz"), scale)
 
 
@@ -189,7 +204,13 @@ def srht(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> Sket
     return _make("srht", m, n, seed, 1, scale)
 
 
-def jl_min_dim(n_samples, eps=0.1):
+@overload
+def jl_min_dim(n_samples: int, eps: float = 0.1) -> int: ...
+@overload
+def jl_min_dim(n_samples: npt.ArrayLike, eps: npt.ArrayLike = 0.1) -> npt.NDArray[np.int64]: ...
+
+
+def jl_min_dim(n_samples: Any, eps: Any = 0.1) -> Any:
     """Smallest safe sketch dimension by the Johnson–Lindenstrauss lemma, with the same
     formula as scikit-learn's ``johnson_lindenstrauss_min_dim``:
     ``4·ln(n_samples) / (eps²/2 − eps³/3)``, rounded down. Scalars give an int; arrays

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import warnings
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -339,7 +339,7 @@ class SKLinear(nn.Module):
             self.register_parameter("bias", None)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, num_terms: int, low_rank: int, **kwargs) -> "SKLinear":
+    def from_linear(cls, linear: nn.Linear, num_terms: int, low_rank: int, **kwargs: Any) -> "SKLinear":
         """An SKLinear initialised from ``linear``'s weight and bias."""
         layer = cls(linear.in_features, linear.out_features, num_terms, low_rank, W_init=linear.weight.detach(),
                     bias=linear.bias is not None, dtype=linear.weight.dtype, device=linear.weight.device, **kwargs)
@@ -381,7 +381,7 @@ class SKLinear(nn.Module):
 
 
 def sketch_model(model: nn.Module, num_terms: int, low_rank: int, *, include: Optional[Iterable[str]] = None,
-                 exclude: Optional[Iterable[str]] = None, **kwargs) -> dict[str, nn.Linear]:
+                 exclude: Optional[Iterable[str]] = None, **kwargs: Any) -> dict[str, nn.Linear]:
     """Replaces, in place, every ``nn.Linear`` of ``model`` whose qualified name matches a
     pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns) by
     ``SKLinear.from_linear``; returns the replaced layers by name."""

@@ -53,7 +53,7 @@ void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, 
   call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
-#if defined(SKETCHCORE_BLAS_IS_OPENBLAS)
+#if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
 namespace {
 template <class T, class CblasGemmBatch>
 void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<T>& a,
@@ -85,7 +85,7 @@ bool blas_has_batched() noexcept { return true; }
 template <class T>
 void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<T>&, std::int64_t,
                         const BlasMatrix<T>&, std::int64_t, T*, std::int64_t, std::int64_t, std::int64_t) {
-  throw std::logic_error("gemm_batch_strided needs OpenBLAS");
+  throw std::logic_error("gemm_batch_strided: this build's CBLAS has no cblas_?gemm_batch_strided");
 }
 template void gemm_batch_strided<float>(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<float>&,
                                         std::int64_t, const BlasMatrix<float>&, std::int64_t, float*, std::int64_t,
@@ -97,7 +97,7 @@ bool blas_has_batched() noexcept { return false; }
 #endif
 
 void blas_set_num_threads(int num_threads) noexcept {
-#if defined(SKETCHCORE_BLAS_IS_OPENBLAS)
+#if defined(SKETCHCORE_BLAS_HAS_SET_NUM_THREADS)
   SKETCHCORE_BLAS_FN(openblas_set_num_threads)(num_threads);
 #else
   (void)num_threads;  // a generic CBLAS offers no portable thread control

@@ -1,0 +1,52 @@
+# pyright: strict
+"""A user's script over the public API. CI type-checks it with `mypy --strict` and pyright in
+strict mode (tests/test_typing.py): annotations that were missing or `Any` where a
+precise type exists fail here."""
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+import sketchcore
+from sketchcore import memory, sketch
+
+x: npt.NDArray[np.float32] = np.ones((4, 8), np.float32)
+S = np.ones((8, 2), np.float32)
+U = np.ones((2, 3), np.float32)
+
+y = sketchcore.sketched_matmul(x, S, U, bias=np.zeros(3, np.float32), activation="relu", scale=0.5)
+y_typed: npt.NDArray[np.float32] = y  # NumPy in, NumPy out
+z = np.empty((4, 2), np.float32)
+sketchcore.sketched_matmul(x, S, U, out=y, intermediate=z)
+dx, dS, dU, db = sketchcore.sketched_matmul_backward(y, x, S, U, z, needs=("x", "U"))
+if dx is not None:
+    dx_typed: npt.NDArray[np.float32] = dx
+
+stats = memory.stats()
+in_use: int = stats["current_bytes"]
+limit: int | None = stats["limit_bytes"]
+memory.set_limit(1 << 30)
+memory.set_limit(None)
+
+op = sketch.gaussian(4, 8, seed=1)
+dense: npt.NDArray[np.float64] = op.to_dense()
+like: npt.NDArray[np.float32] = op.to_dense(like=x)
+block = op.block(slice(0, 2), 3)
+left: npt.NDArray[np.float32] = op @ S           # (4, 8) @ (8, 2)
+right: npt.NDArray[np.float32] = S.T @ op.T      # (2, 8) @ (8, 4)
+applied: npt.NDArray[np.float32] = op.apply(S, "left")
+shape: tuple[int, int] = op.shape
+
+k: int = sketch.jl_min_dim(1000, eps=0.1)
+ks: npt.NDArray[np.int64] = sketch.jl_min_dim(np.array([10, 100]))
+
+info = sketchcore.build_info()
+blas: str = info["blas"]
+version: str = sketchcore.__version__
+sketchcore.set_num_threads(sketchcore.get_num_threads())
+devices: int = sketchcore.cuda_device_count()
+layer_out: npt.NDArray[np.float32] = sketchcore.sklinear(
+    x, np.ones((1, 8, 2), np.float32), np.ones((1, 2, 3), np.float32), np.ones((1, 2, 3), np.float32),
+    np.ones((1, 8, 2), np.float32))
+print(y_typed.shape, in_use, limit, dense.shape, like.shape, block.shape, left.shape, right.shape, applied.shape,
+      shape, k, ks, blas, version, devices, layer_out.shape, dS, dU, db)
