@@ -21,7 +21,10 @@ pytestmark = [
                        or not torch.cuda.is_available(), reason="needs the CUDA backend and a CUDA device"),
 ]
 
-DTYPES = {torch.float16: 2e-2, torch.bfloat16: 1e-1, torch.float32: 1e-5, torch.float64: 1e-12}
+# Relative Frobenius error against float64 that the arithmetic allows (fp32 accumulation):
+# a few units of each format's rounding (2**-11 for float16, 2**-8 for bfloat16), no slack.
+DTYPES = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+TF32 = 1e-3
 
 
 def relative_error(actual, expected):
@@ -84,7 +87,7 @@ def test_backward_matches_the_cpu_in_float64(dtype, activation):
                                dropout_p=0.2, seed=5, intermediate=z64)
     expected = sketchcore.sketched_matmul_backward(as64(w), as64(x), as64(S), as64(U), z64, bias=as64(b),
                                                    activation=activation, scale=0.5, dropout_p=0.2, seed=5)
-    tolerance = max(DTYPES[dtype], 1e-10) * (20 if dtype == torch.bfloat16 else 1)
+    tolerance = max(DTYPES[dtype], 1e-10)
     for got, want in zip(grads, expected):
         assert got.is_cuda and got.dtype == dtype
         assert relative_error(as64(got), want) <= tolerance
@@ -178,7 +181,7 @@ def test_tf32_is_opt_in():
         fast = sketchcore.sketched_matmul(x, S, U)
     finally:
         sketchcore.set_allow_tf32(False)
-    assert relative_error(as64(fast), expected) <= 5e-3
+    assert relative_error(as64(fast), expected) <= TF32
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -36,6 +36,10 @@ struct HeuristicResult {
   float waves_count;
   int reserved[4];
 };
+// The sizes of cuBLASLt's own structs (64 and 96 bytes on every 64-bit platform): a mismatch
+// would corrupt the heuristic results it writes.
+static_assert(sizeof(Algo) == 64, "cublasLtMatmulAlgo_t is 8 uint64_t");
+static_assert(sizeof(HeuristicResult) == 96, "cublasLtMatmulHeuristicResult_t is 96 bytes");
 
 // cudaDataType_t
 enum DataType : int { kR16F = 2, kR16BF = 14, kR32F = 0, kR64F = 1 };

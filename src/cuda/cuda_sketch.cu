@@ -8,6 +8,7 @@
 // Temporaries come from the stream-ordered pool.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda_common.cuh"
@@ -17,6 +18,8 @@
 #include "lt_gemm.cuh"
 #include "sketch/structure.hpp"
 #include "sketch_kernels.cuh"
+#include "sketchcore/errors.hpp"
+#include "sketchcore/sketch.hpp"
 
 namespace sketchcore::detail {
 
@@ -276,12 +279,27 @@ void apply_on_device(const SketchOperator& op, const std::vector<TensorView>& a,
   }
 }
 
+/// Sparse and SRHT sketches stage their structure in host memory per call and free it from a
+/// host function: captured in a CUDA graph, every replay would read (and free) that memory
+/// again. Refused with a clear error instead; dense kinds capture cleanly.
+void refuse_graph_capture(const SketchOperator& op, cudaStream_t stream, const char* what) {
+  if (is_dense_kind(op.kind)) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cuda::check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  if (status != cudaStreamCaptureStatusNone) {
+    throw cuda_error(std::string(what) + ": a " + sketch_kind_name(op.kind) +
+                     " sketch cannot run inside CUDA graph capture (its structure is staged from host "
+                     "memory on each call); apply it outside the captured region, or use a dense kind");
+  }
+}
+
 }  // namespace
 
 void cuda_sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0, std::int64_t col0) {
   const int device = out.device().index;
   const cuda::DeviceGuard guard(device);
   const cudaStream_t stream = cuda::current_stream();
+  refuse_graph_capture(op, stream, "sketch.to_dense");
   cuda::dispatch_dtype(out.dtype(), [&](auto tag) {
     to_dense_on_device<decltype(tag)>(op, out, row0, col0, device, stream);
   });
@@ -293,6 +311,7 @@ void cuda_sketch_apply(const SketchOperator& op, const std::vector<TensorView>& 
   const int device = a.front().device().index;
   const cuda::DeviceGuard guard(device);
   const cudaStream_t stream = cuda::current_stream();
+  refuse_graph_capture(op, stream, "sketch.apply");
   cuda::dispatch_dtype(a.front().dtype(), [&](auto tag) {
     apply_on_device<decltype(tag)>(op, a, out, side, transpose, device, stream);
   });
