@@ -35,7 +35,7 @@ if(SKETCHCORE_WITH_CUDA)
 endif()
 message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}${_sc_cuda_note}")
 
-# Adds the CUDA backend (src/cuda/) to `target` when enabled. The CUDA runtime is linked
+# Adds the CUDA backend (src/cuda/) to `target` when enabled, else its null stand-in. The CUDA runtime is linked
 # statically (it loads the driver itself, so the library still loads on machines without
 # one) and cuBLASLt is loaded at run time (src/cuda/cublaslt_api.hpp says why): building
 # needs nvcc and nothing else from the toolkit.
@@ -55,5 +55,8 @@ function(sketchcore_add_cuda_backend target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)
     target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
     set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden CUDA_RUNTIME_LIBRARY Static)
+  else()
+    # detail::cuda_backend() returns null: the core dispatches without any CUDA #if.
+    target_sources(${target} PRIVATE "${PROJECT_SOURCE_DIR}/src/cpp/no_cuda_backend.cpp")
   endif()
 endfunction()

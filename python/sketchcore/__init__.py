@@ -31,6 +31,7 @@ from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, set_allow_tf32  # noqa: E402
 from sketchcore._ops import (  # noqa: E402
+    activation_names,
     build_info,
     cuda_device_count,
     get_num_threads,
@@ -41,7 +42,8 @@ from sketchcore._ops import (  # noqa: E402
 
 __version__ = build_info()["version"]
 
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+#: The activation names sketched_matmul accepts (read from the C++ core, which defines them).
+ACTIVATIONS: tuple[str, ...] = activation_names()
 
 
 def cmake_prefix() -> str:

@@ -1,46 +1,13 @@
-"""Host-side helpers of the CUDA path: which stream a CUDA array's framework is using, and
-finding cuBLASLt (the native library loads it at run time, see src/cuda/cublaslt_api.hpp)."""
+"""Host-side settings of the CUDA path: TF32, and finding cuBLASLt (the native library loads
+it at run time, see src/cuda/cublaslt_api.hpp). Streams: see _framework."""
 from __future__ import annotations
 
 import ctypes
 import importlib.util
 import os
-import sys
-
-_CUDA_DEVICE_TYPES = (2, 13)  # DLPack kDLCUDA, kDLCUDAManaged
 
 _allow_tf32 = False
 _cublaslt_searched = False
-
-
-def is_cuda_array(obj) -> bool:
-    """Whether ``obj`` reports a CUDA device through ``__dlpack_device__``."""
-    device = getattr(obj, "__dlpack_device__", None)
-    if device is None:
-        return False
-    try:
-        return device()[0] in _CUDA_DEVICE_TYPES
-    except Exception:  # a broken producer: import_array reports it with the argument's name
-        return False
-
-
-def current_stream(obj) -> int:
-    """The CUDA stream handle that ``obj``'s framework currently uses on its device: torch's
-    ``current_stream``, CuPy's ``get_current_stream``, else 0 (the legacy default stream)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return int(torch.cuda.current_stream(obj.device).cuda_stream)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(obj, cupy.ndarray):
-        with obj.device:
-            return int(cupy.cuda.get_current_stream().ptr)
-    return 0
-
-
-def dlpack_stream(stream: int) -> int:
-    """The stream argument of ``__dlpack__`` for ``stream``: DLPack writes the legacy
-    default stream as 1 (0 is reserved)."""
-    return stream if stream != 0 else 1
 
 
 def set_allow_tf32(allow: bool) -> None:

@@ -1,10 +1,10 @@
 # cython: language_level=3
 """Bindings of the default host memory pool (see sketchcore.memory)."""
+from libcpp.optional cimport nullopt, optional
 from libcpp.string cimport string
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._errors cimport check
-from sketchcore._sketchcore cimport ErrorKind, MemoryStats
+from sketchcore._sketchcore cimport MemoryStats
 
 
 cdef dict _as_dict(MemoryStats s):
@@ -29,20 +29,15 @@ def _device_ordinal(device):
 
 
 def device_stats(device):
-    cdef MemoryStats s
-    cdef string message
-    check(core.device_memory_stats(_device_ordinal(device), s, message), message)
-    return _as_dict(s)
+    return _as_dict(core.device_memory_stats(_device_ordinal(device)))
 
 
 def device_reset_peak(device):
-    cdef string message
-    check(core.device_reset_peak(_device_ordinal(device), message), message)
+    core.device_reset_peak(_device_ordinal(device))
 
 
 def device_empty_cache(device):
-    cdef string message
-    check(core.device_empty_cache(_device_ordinal(device), message), message)
+    core.device_empty_cache(_device_ordinal(device))
 
 
 def reset_peak():
@@ -54,9 +49,9 @@ def empty_cache():
 
 
 def set_limit(nbytes):
-    cdef string message
+    cdef optional[size_t] limit = nullopt
     if nbytes is None:
-        check(core.host_pool_set_limit(False, 0, message), message)
+        core.default_host_pool().set_limit(limit)
         return
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
         raise TypeError(f"set_limit: nbytes: expected an int or None, got {type(nbytes).__name__}")
@@ -65,7 +60,8 @@ def set_limit(nbytes):
         raise ValueError(f"set_limit: nbytes: expected a positive number of bytes or None, got {nbytes}")
     if nbytes >= 2**64:
         raise ValueError(f"set_limit: nbytes: expected a number of bytes below 2**64, got {nbytes}")
-    check(core.host_pool_set_limit(True, nbytes, message), message)
+    limit = <size_t>nbytes
+    core.default_host_pool().set_limit(limit)
 
 
 # ------------------------------------------------------------ device allocators
@@ -109,12 +105,8 @@ def set_device_allocator(allocator):
 
 def _device_allocate(size_t nbytes, int device, uintptr_t stream):
     """Calls the installed allocator through the C++ resource (for tests)."""
-    cdef uintptr_t block = 0
-    cdef string message
-    check(core.device_resource_allocate(nbytes, device, stream, block, message), message)
-    return block
+    return core.device_resource_allocate(nbytes, device, stream)
 
 
 def _device_deallocate(uintptr_t block, size_t nbytes, int device, uintptr_t stream):
-    cdef string message
-    check(core.device_resource_deallocate(block, nbytes, device, stream, message), message)
+    core.device_resource_deallocate(block, nbytes, device, stream)

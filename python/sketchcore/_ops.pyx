@@ -1,7 +1,6 @@
 # cython: language_level=3
 """Bindings of the sketchcore operations. Arguments arrive through DLPack (no copy); the
 C++ core runs with the GIL released; C++ errors come back as Python exceptions."""
-import secrets
 import sys
 from numbers import Integral, Real
 
@@ -11,10 +10,9 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array
-from sketchcore._errors cimport check
-from sketchcore._sketchcore cimport ErrorKind, TensorView
+from sketchcore._sketchcore cimport Epilogue, SketchedMatmulGradients, TensorView
 
-from sketchcore import _cuda
+from sketchcore import _cuda, _framework
 
 from sketchcore._dlpack import DLPackBuffer
 
@@ -25,35 +23,23 @@ _numpy_empty = numpy.empty
 
 
 def _empty_like(x, shape, str dtype):
-    """An uninitialised array of `x`'s framework, dtype and device (allocated once).
-    `dtype` is the element type DLPack reported for `x` (used where `x` has no dtype)."""
-    np = sys.modules.get("numpy")
-    if np is not None and type(x) is np.ndarray:
-        return np.empty(shape, dtype=x.dtype)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        return torch.empty(shape, dtype=x.dtype, device=x.device)
-    if np is not None and isinstance(x, np.ndarray):  # ndarray subclasses
-        return np.empty(shape, dtype=x.dtype)
-    namespace = getattr(x, "__array_namespace__", None)
-    if namespace is not None:  # array API standard (CuPy, JAX, ...)
-        return namespace().empty(shape, dtype=x.dtype, device=x.device)
-    # Any other DLPack producer: memory owned by sketchcore, handed out as a NumPy array.
-    import numpy
-    return numpy.from_dlpack(DLPackBuffer(shape, dtype))
+    """An uninitialised array of `x`'s framework, dtype and device (see _framework)."""
+    if type(x) is _numpy_ndarray:  # the common case, without the generic dispatch
+        return _numpy_empty(shape, dtype=x.dtype)
+    return _framework.empty_like(x, shape, dlpack_dtype=dtype)
 
 
 cdef object _stream_of(object x):
     """None when x is a CPU array, else the CUDA stream its framework currently uses."""
-    if type(x) is _numpy_ndarray or not _cuda.is_cuda_array(x):
+    if type(x) is _numpy_ndarray:
         return None
-    return _cuda.current_stream(x)
+    return _framework.stream_of(x)
 
 
 cdef ImportedTensor _import(object obj, str name, bint for_writing, object stream):
     """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
-    if stream is not None and _cuda.is_cuda_array(obj):
-        return import_array(obj, name, for_writing, _cuda.dlpack_stream(stream))
+    if stream is not None and _framework.is_cuda_array(obj):
+        return import_array(obj, name, for_writing, _framework.dlpack_stream(stream))
     return import_array(obj, name, for_writing)
 
 
@@ -71,18 +57,10 @@ cdef int _enter_cuda(object stream) except -1:
     return 0
 
 
-cdef const TensorView* _view_or_null(ImportedTensor t):
-    if t is None:
-        return NULL
-    return &t.view
-
-
 cdef class _EpilogueArgs:
-    """Checked epilogue arguments shared by the forward and the backward."""
-    cdef string activation
-    cdef double scale
-    cdef double dropout_p
-    cdef uint64_t seed
+    """Checked epilogue arguments shared by the forward and the backward, as the core's
+    Epilogue (its bias is set by the caller)."""
+    cdef Epilogue epilogue
 
 
 cdef double _real(object value, str name) except? -1.0:
@@ -106,21 +84,20 @@ cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_
         activation = "none"
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    e.activation = activation.encode("utf-8")
-    e.scale = _real(scale, "scale")
-    e.dropout_p = _real(dropout_p, "dropout_p")
-    e.seed = 0
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, Integral):
-            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"sketched_matmul: seed: expected an integer in [0, 2**64), got {seed}")
-        e.seed = seed
-    elif e.dropout_p != 0.0:
-        if not draw_seed:
-            raise ValueError("sketched_matmul_backward: seed: expected the forward's dropout seed, got None")
-        e.seed = secrets.randbits(64)
+    e.epilogue.activation = core.parse_activation(activation.encode("utf-8"))
+    e.epilogue.scale = _real(scale, "scale")
+    e.epilogue.dropout_p = _real(dropout_p, "dropout_p")
+    drawn = _framework.checked_seed(seed, "sketched_matmul", draw=draw_seed and e.epilogue.dropout_p != 0.0)
+    if drawn is None and seed is None and e.epilogue.dropout_p != 0.0:
+        raise ValueError("sketched_matmul_backward: seed: expected the forward's dropout seed, got None")
+    e.epilogue.seed = 0 if drawn is None else drawn
     return e
+
+
+cdef int _set_bias(Epilogue& epilogue, ImportedTensor bias) except -1:
+    if bias is not None:
+        epilogue.bias = bias.view
+    return 0
 
 
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
@@ -194,19 +171,11 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     cdef ImportedTensor st = _import(S, "S", False, stream)
     cdef ImportedTensor ut = _import(U, "U", False, stream)
     cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
-    cdef const TensorView* bias_view = _view_or_null(bt)
-
-    cdef string message
-    cdef vector[int64_t] shape
-    cdef ErrorKind kind = core.output_shape(xt.view, st.view, ut.view, shape, message)
-    check(kind, message)
-
+    _set_bias(e.epilogue, bt)
+    cdef vector[int64_t] shape = core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
     cdef ImportedTensor ot
     if out is None:
-        if type(x) is _numpy_ndarray:  # the common case, without the generic dispatch
-            out = _numpy_empty(tuple(shape), dtype=x.dtype)
-        else:
-            out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
+        out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
         ot = _import(out, "out", True, stream)
     else:
         ot = _import(out, "out", True, stream)
@@ -220,16 +189,13 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     _enter_cuda(stream)
     if intermediate is None:
         with nogil:
-            kind = core.sketched_matmul(xt.view, st.view, ut.view, ot.view, bias_view, e.scale, e.activation,
-                                        e.dropout_p, e.seed, message)
+            core.sketched_matmul(xt.view, st.view, ut.view, ot.view, e.epilogue)
     else:
         zt = _import(intermediate, "intermediate", True, stream)
         if zt.read_only:
             raise ValueError("sketched_matmul: intermediate: expected a writable array, got a read-only one")
         with nogil:
-            kind = core.sketched_matmul_saving(xt.view, st.view, ut.view, ot.view, bias_view, e.scale, e.activation,
-                                               e.dropout_p, e.seed, zt.view, message)
-    check(kind, message)
+            core.sketched_matmul(xt.view, st.view, ut.view, ot.view, e.epilogue, zt.view)
     return out
 
 
@@ -299,39 +265,37 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     cdef ImportedTensor ut = _import(U, "U", False, stream)
     cdef ImportedTensor zt = _import(intermediate, "intermediate", False, stream)
     cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
-    cdef const TensorView* bias_view = _view_or_null(bt)
-    cdef string message
-    cdef vector[int64_t] out_shape
+    _set_bias(e.epilogue, bt)
     # x, S and U checked first: the gradients' shapes below are read from them.
-    check(core.output_shape(xt.view, st.view, ut.view, out_shape, message), message)
+    core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
     dtype = core.dtype_name(xt.view.dtype()).decode()
+    cdef SketchedMatmulGradients grads
+    grads.S_terms.begin, grads.S_terms.end = _term_range(S_terms, "S_terms")
+    grads.U_terms.begin, grads.U_terms.end = _term_range(U_terms, "U_terms")
+    shapes = (tuple(xt.shape), _restricted(tuple(st.shape), grads.S_terms.begin, grads.S_terms.end),
+              _restricted(tuple(ut.shape), grads.U_terms.begin, grads.U_terms.end), (ut.shape[-1],))
     results = []
-    cdef list imported = []
-    cdef const TensorView* views[4]
+    cdef list imported = []  # keeps the borrowed outputs alive during the call
     cdef ImportedTensor t
-    cdef int i
-    cdef int64_t s_begin, s_end, u_begin, u_end
-    s_begin, s_end = _term_range(S_terms, "S_terms")
-    u_begin, u_end = _term_range(U_terms, "U_terms")
-    shapes = (tuple(xt.shape), _restricted(tuple(st.shape), s_begin, s_end),
-              _restricted(tuple(ut.shape), u_begin, u_end), (ut.shape[-1],))
-    for i, name in enumerate(_GRADIENTS):
-        views[i] = NULL
-        if name in wanted:
-            array = _empty_like(grad_out, shapes[i], dtype)
-            t = _import(array, "grad " + name, True, stream)
-            imported.append(t)
-            views[i] = &t.view
-            results.append(array)
-        else:
+    for name, shape in zip(_GRADIENTS, shapes):
+        if name not in wanted:
             results.append(None)
-    cdef ErrorKind kind
+            continue
+        array = _empty_like(grad_out, shape, dtype)
+        t = _import(array, "grad " + name, True, stream)
+        imported.append(t)
+        if name == "x":
+            grads.x = t.view
+        elif name == "S":
+            grads.S = t.view
+        elif name == "U":
+            grads.U = t.view
+        else:
+            grads.bias = t.view
+        results.append(array)
     _enter_cuda(stream)
     with nogil:
-        kind = core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, bias_view, e.scale,
-                                             e.activation, e.dropout_p, e.seed, views[0], views[1], views[2],
-                                             views[3], s_begin, s_end, u_begin, u_end, message)
-    check(kind, message)
+        core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, e.epilogue, grads)
     return tuple(results)
 
 
@@ -344,8 +308,7 @@ def set_num_threads(num_threads):
         raise ValueError(f"set_num_threads: num_threads: expected an integer ≥ 1, got {num_threads}")
     if num_threads > 2**31 - 1:
         raise ValueError(f"set_num_threads: num_threads: expected an integer ≤ 2**31 - 1, got {num_threads}")
-    cdef string message
-    check(core.set_num_threads(num_threads, message), message)
+    core.set_num_threads(num_threads)
 
 
 def get_num_threads():
@@ -362,6 +325,11 @@ def build_info():
         "cuda": bool(info.cuda),
         "cuda_runtime_version": info.cuda_runtime_version,
     }
+
+
+def activation_names():
+    """The activation names the core accepts, in its order (``sketchcore.ACTIVATIONS``)."""
+    return tuple(core.activation_name(a).decode() for a in core.all_activations())
 
 
 def cuda_device_count():

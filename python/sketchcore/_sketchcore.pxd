@@ -1,9 +1,15 @@
-# Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the
-# exception-free bridge the bindings call through.
+# Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the small
+# bridge (_bridge.hpp) for what Cython cannot express. Every call that can throw is declared
+# `except +raise_py_error`: the one handler maps sketchcore's C++ exceptions to Python ones.
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
+from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+
+
+cdef extern from "_bridge.hpp" namespace "sketchcore_python":
+    cdef void raise_py_error() except *
 
 
 cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
@@ -29,16 +35,82 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         int ndim()
         const vector[int64_t]& shape()
 
+    const char* dtype_name(DType dtype)
+
+    # epilogue.hpp
+    cdef enum class Activation:
+        pass
+    const char* activation_name(Activation activation)
+    vector[Activation] all_activations() except +raise_py_error
+    Activation parse_activation(const string& name) except +raise_py_error  # takes a string_view
+
+    cdef cppclass Epilogue:
+        double scale
+        optional[TensorView] bias
+        Activation activation
+        double dropout_p
+        uint64_t seed
+
+    # sketched_matmul.hpp
+    cdef cppclass TermRange:
+        int64_t begin
+        int64_t end
+
+    cdef cppclass SketchedMatmulGradients:
+        optional[TensorView] x
+        optional[TensorView] S
+        optional[TensorView] U
+        optional[TensorView] bias
+        TermRange S_terms
+        TermRange U_terms
+
+    vector[int64_t] sketched_matmul_output_shape(const TensorView& x, const TensorView& S,
+                                                 const TensorView& U) except +raise_py_error
+    void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U, const TensorView& out,
+                         const Epilogue& epilogue) except +raise_py_error
+    void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U, const TensorView& out,
+                         const Epilogue& epilogue, const TensorView& intermediate) except +raise_py_error
+    void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
+                                  const TensorView& U, const TensorView& intermediate, const Epilogue& epilogue,
+                                  const SketchedMatmulGradients& grads) except +raise_py_error
+
+    # sketch.hpp
+    cdef enum class SketchKind:
+        pass
+    cdef enum class Side:
+        left
+        right
+    SketchKind parse_sketch_kind(const string& name) except +raise_py_error  # takes a string_view
+
+    cdef cppclass SketchOperator:
+        SketchKind kind
+        int64_t rows
+        int64_t cols
+        uint64_t seed
+        int64_t nnz
+        cbool scaled
+
+    void validate_sketch(const SketchOperator& op) except +raise_py_error
+    void sketch_to_dense(const SketchOperator& op, const TensorView& out, int64_t row0,
+                         int64_t col0) except +raise_py_error
+    vector[int64_t] sketch_apply_output_shape(const SketchOperator& op, const TensorView& a, Side side,
+                                              cbool transpose) except +raise_py_error
+    void sketch_apply(const SketchOperator& op, const TensorView& a, const TensorView& out, Side side,
+                      cbool transpose) except +raise_py_error
+
+    # runtime.hpp
     cdef cppclass BuildInfo:
         string version
         string blas
         cbool cuda
         int cuda_runtime_version
 
-    const char* dtype_name(DType dtype)
-    BuildInfo build_info() except +
+    BuildInfo build_info() except +raise_py_error
+    void set_num_threads(int num_threads) except +raise_py_error
     int get_num_threads()
+    int cuda_device_count()
 
+    # memory.hpp
     cdef cppclass MemoryStats:
         size_t current_bytes
         size_t peak_bytes
@@ -48,58 +120,23 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         size_t limit_bytes
 
     cdef cppclass CachingHostPool:
-        MemoryStats stats() except +
+        MemoryStats stats() except +raise_py_error
         void reset_peak()
         void empty_cache()
+        void set_limit(optional[size_t] limit)
 
-    CachingHostPool& default_host_pool() except +
+    CachingHostPool& default_host_pool() except +raise_py_error
+    MemoryStats device_memory_stats(int device) except +raise_py_error
+    void device_reset_peak(int device) except +raise_py_error
+    void device_empty_cache(int device) except +raise_py_error
 
 
 cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
-    cdef enum class ErrorKind:
-        none
-        value
-        type
-        memory
-        runtime
-
-    ErrorKind output_shape(const TensorView& x, const TensorView& S, const TensorView& U,
-                           vector[int64_t]& shape, string& message)
-    ErrorKind sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
-                              const TensorView& out, const TensorView* bias, double scale,
-                              const string& activation, double dropout_p, uint64_t seed, string& message)
-    ErrorKind host_pool_set_limit(bint has_limit, size_t limit, string& message)
-    void set_thread_execution(uintptr_t stream, bint allow_tf32)
-    int cuda_device_count()
-    ErrorKind device_memory_stats(int device, MemoryStats& stats, string& message)
-    ErrorKind device_reset_peak(int device, string& message)
-    ErrorKind device_empty_cache(int device, string& message)
+    void set_thread_execution(uintptr_t stream, cbool allow_tf32)
     ctypedef void* (*DeviceAllocateCallback)(void* owner, size_t nbytes, int device, uintptr_t stream, string* error)
     ctypedef void (*DeviceDeallocateCallback)(void* owner, void* block, size_t nbytes, int device, uintptr_t stream)
     void set_callback_device_resource(void* owner, DeviceAllocateCallback allocate,
                                       DeviceDeallocateCallback deallocate)
-    ErrorKind device_resource_allocate(size_t nbytes, int device, uintptr_t stream, uintptr_t& block,
-                                       string& message)
-    ErrorKind device_resource_deallocate(uintptr_t block, size_t nbytes, int device, uintptr_t stream,
-                                         string& message)
-    ErrorKind sketched_matmul_saving(const TensorView& x, const TensorView& S, const TensorView& U,
-                                     const TensorView& out, const TensorView* bias, double scale,
-                                     const string& activation, double dropout_p, uint64_t seed,
-                                     const TensorView& intermediate, string& message)
-    ErrorKind sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
-                                       const TensorView& U, const TensorView& intermediate, const TensorView* bias,
-                                       double scale, const string& activation, double dropout_p, uint64_t seed,
-                                       const TensorView* dx, const TensorView* dS, const TensorView* dU,
-                                       const TensorView* dbias, int64_t s_begin, int64_t s_end,
-                                       int64_t u_begin, int64_t u_end, string& message)
-    ErrorKind set_num_threads(int n, string& message)
-    ErrorKind sketch_validate(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
-                              string& message)
-    ErrorKind sketch_to_dense(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
-                              const TensorView& out, int64_t row0, int64_t col0, string& message)
-    ErrorKind sketch_output_shape(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz,
-                                  bint scaled, const TensorView& a, bint right, bint transpose,
-                                  vector[int64_t]& shape, string& message)
-    ErrorKind sketch_apply(const string& kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled,
-                           const TensorView& a, const TensorView& out, bint right, bint transpose,
-                           string& message)
+    uintptr_t device_resource_allocate(size_t nbytes, int device, uintptr_t stream) except +raise_py_error
+    void device_resource_deallocate(uintptr_t block, size_t nbytes, int device,
+                                    uintptr_t stream) except +raise_py_error

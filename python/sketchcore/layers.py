@@ -2,27 +2,15 @@
 sketchcore.torch for differentiable PyTorch modules)."""
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sketchcore import _framework
 from sketchcore._ops import sketched_matmul
 
 if TYPE_CHECKING:
     from sketchcore._ops import Activation
 
 ArrayT = TypeVar("ArrayT")
-
-
-def _concatenate(a: Any, b: Any) -> Any:
-    """[a; b] along the first axis, in the arrays' own framework."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(a, torch.Tensor):
-        return torch.cat([a, b], dim=0)
-    namespace = getattr(a, "__array_namespace__", None)
-    if namespace is not None:
-        return namespace().concat([a, b], axis=0)
-    import numpy as np
-    return np.concatenate([a, b], axis=0)
 
 
 def sklinear(x: ArrayT, S1s: Any, S2s: Any, U1s: Any, U2s: Any, bias: Any | None = None, *,
@@ -43,5 +31,5 @@ def sklinear(x: ArrayT, S1s: Any, S2s: Any, U1s: Any, U2s: Any, bias: Any | None
     if any(shape[0] != terms for shape in shapes.values()):
         raise ValueError(f"sklinear: expected the same number of terms T in S1s, S2s, U1s, U2s, got "
                          f"{ {name: shape[0] for name, shape in shapes.items()} }")
-    return sketched_matmul(x, _concatenate(S1s, U2s), _concatenate(U1s, S2s), bias=bias, activation=activation,
+    return sketched_matmul(x, _framework.concatenate(S1s, U2s), _framework.concatenate(U1s, S2s), bias=bias, activation=activation,
                            scale=1.0 / (2 * terms))

@@ -14,12 +14,11 @@ scaled so that ``E[S.T @ S] = I``.
 from __future__ import annotations
 
 
-import secrets
 import sys
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from sketchcore import _sketch
+from sketchcore import _framework, _sketch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,8 +74,10 @@ class SketchOperator:
         if like is None:
             out = np.empty((self.m, self.n), dtype=np.dtype(dtype or "float64"))
         else:
-            namespace_empty = _framework_empty(like)
-            out = namespace_empty((self.m, self.n), dtype if dtype is not None else like.dtype)
+            if not hasattr(like, "__dlpack__"):
+                raise TypeError(f"like: expected an array (numpy, torch, or an array-API namespace), "
+                                f"got {type(like).__name__}")
+            out = _framework.empty_like(like, (self.m, self.n), dtype)
         _sketch.to_dense(*self._args(), out)
         return out.T if self.transposed else out
 
@@ -137,25 +138,10 @@ def _block_range(index: object, extent: int, name: str) -> tuple[int, int]:
     return i, i + 1
 
 
-def _framework_empty(like: Any) -> Any:
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
-        return lambda shape, dtype: torch.empty(shape, dtype=dtype, device=like.device)
-    namespace = getattr(like, "__array_namespace__", None)
-    if namespace is not None:
-        xp = namespace()
-        return lambda shape, dtype: xp.empty(shape, dtype=dtype, device=getattr(like, "device", None))
-    raise TypeError(f"like: expected an array (numpy, torch, or an array-API namespace), got {type(like).__name__}")
-
-
 def _seed(seed: object) -> int:
-    if seed is None:
-        return secrets.randbits(64)
-    if isinstance(seed, bool) or not isinstance(seed, Integral):
-        raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"sketch: seed: expected an integer in [0, 2**64), got {seed}")
-    return int(seed)
+    drawn = _framework.checked_seed(seed, "sketch", draw=True)
+    assert drawn is not None
+    return drawn
 
 
 def _extent(value: object, name: str) -> int:

@@ -21,7 +21,7 @@ import sketchcore
 
 __all__ = ["SKLinear", "sketch_model", "sketched_linear", "sklinear"]
 
-_ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+_ACTIVATIONS = sketchcore.ACTIVATIONS
 
 
 def _seed_value(seed: Tensor, dropout_p: float) -> Optional[int]:

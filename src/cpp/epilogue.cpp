@@ -1,7 +1,9 @@
 #include "sketchcore/epilogue.hpp"
 
 #include <stdexcept>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "detail/check.hpp"
 
@@ -25,6 +27,10 @@ const char* activation_name(Activation activation) noexcept {
 
 Activation parse_activation(std::string_view name) {
   return detail::parse_named(name, kAllActivations, &activation_name, "sketched_matmul", "activation");
+}
+
+std::vector<Activation> all_activations() {
+  return std::vector<Activation>(std::begin(kAllActivations), std::end(kAllActivations));
 }
 
 }  // namespace sketchcore

@@ -1,6 +1,6 @@
 #include "sketchcore/memory.hpp"
 
-#include "detail/cuda_probe.hpp"
+#include "detail/backend.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -170,19 +170,21 @@ void check_device_ordinal(int device) {
 }
 }  // namespace
 
+// Without the CUDA backend no device has temporaries: zeros, and nothing to reset or free.
 MemoryStats device_memory_stats(int device) {
   check_device_ordinal(device);
-  return detail::cuda_pool_stats(device);
+  const detail::Backend* cuda = detail::cuda_backend();
+  return cuda ? cuda->memory_stats(device) : MemoryStats{};
 }
 
 void device_reset_peak(int device) {
   check_device_ordinal(device);
-  detail::cuda_pool_reset_peak(device);
+  if (const detail::Backend* cuda = detail::cuda_backend()) cuda->reset_peak(device);
 }
 
 void device_empty_cache(int device) {
   check_device_ordinal(device);
-  detail::cuda_pool_empty_cache(device);
+  if (const detail::Backend* cuda = detail::cuda_backend()) cuda->empty_cache(device);
 }
 
 }  // namespace sketchcore

@@ -8,7 +8,7 @@
 
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
-#include "detail/cuda_probe.hpp"
+#include "detail/backend.hpp"
 #include "detail/parallel.hpp"
 #include "sketchcore/version.hpp"
 
@@ -46,12 +46,16 @@ BuildInfo build_info() {
   BuildInfo info;
   info.version = SKETCHCORE_VERSION_STRING;
   info.blas = detail::blas_provider();
-  info.cuda = detail::cuda_compiled();
-  info.cuda_runtime_version = detail::cuda_runtime_version();
+  const detail::Backend* cuda = detail::cuda_backend();
+  info.cuda = cuda != nullptr;
+  info.cuda_runtime_version = cuda ? cuda->runtime_version() : 0;
   return info;
 }
 
-int cuda_device_count() noexcept { return detail::cuda_devices(); }
+int cuda_device_count() noexcept {
+  const detail::Backend* cuda = detail::cuda_backend();
+  return cuda ? cuda->device_count() : 0;
+}
 
 namespace detail {
 

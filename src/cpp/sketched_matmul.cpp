@@ -13,8 +13,7 @@
 #include "detail/backend.hpp"
 #include "detail/check.hpp"
 #include "detail/checked.hpp"
-#include "detail/cuda_probe.hpp"
-#include "detail/strided.hpp"
+#include "detail/layout.hpp"
 #include "sketchcore/errors.hpp"
 
 namespace sketchcore {
@@ -39,19 +38,16 @@ void check_same_device_and_dtype(const TensorView& reference, const TensorView& 
 }
 
 const detail::Backend& backend_for(const TensorView& x) {
-  if (x.device().type == DeviceType::cuda) {
-#if defined(SKETCHCORE_WITH_CUDA)
-    return detail::cuda_backend();
-#else
+  const detail::Backend* backend = detail::backend_for(x.device().type);
+  if (!backend) {
     detail::fail<device_error>(kOp, "x", "an array in CPU memory (this build of sketchcore has no CUDA backend)",
                                device_name(x.device()));
-#endif
   }
-  if (x.dtype() != DType::float32 && x.dtype() != DType::float64) {
+  if (!backend->supports(x.dtype())) {
     detail::fail<dtype_error>(kOp, "x", "dtype float32 or float64 on the CPU (float16 and bfloat16 need a CUDA device)",
                               dtype_name(x.dtype()));
   }
-  return detail::cpu_backend();
+  return *backend;
 }
 
 Extents check_operands(const TensorView& x, const TensorView& S, const TensorView& U) {

@@ -11,8 +11,8 @@
 
 #include "cuda_common.cuh"
 #include "detail/backend.hpp"
-#include "detail/cuda_probe.hpp"
-#include "detail/strided.hpp"
+#include "cuda_ops.cuh"
+#include "detail/layout.hpp"
 #include "device_pool.cuh"
 #include "kernels.cuh"
 #include "lt_gemm.cuh"
@@ -46,7 +46,7 @@ class CudaExecution {
       y_buffer = buffer(rows * d_out);
       y = y_buffer.as<T>();
     }
-    ForwardEpilogue<T> rest = own_epilogue();
+    EpilogueArgs<T> rest = own_epilogue();
     LtEpilogue fused;
     if (r_ == 0 || p_.d_in == 0) {
       fill_rows(y, ldy, rows, d_out);  // the empty sum
@@ -93,7 +93,7 @@ class CudaExecution {
     const DeviceMatrix sp = sketch_matrix(s_buffer);
     const DeviceMatrix up = operand(p_.U, u_buffer);
     const DeviceMatrix z{intermediate_data(), false, intermediate_ld()};
-    const ForwardEpilogue<T> e = own_epilogue();
+    const EpilogueArgs<T> e = own_epilogue();
     const bool transform = p_.epilogue.activation != Activation::none || e.dropout.enabled;
     // G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H), H = scale·Z·Up + bias recomputed when needed.
     DeviceMatrix gm;
@@ -104,7 +104,7 @@ class CudaExecution {
       if (p_.epilogue.activation != Activation::none) {
         lt_gemm(device_, dtype(), rows, d_out, r_, p_.epilogue.scale, z, up, 0.0, gp, d_out, {}, tf32_, stream_);
       }
-      ForwardEpilogue<T> be = e;
+      EpilogueArgs<T> be = e;
       if (!transform) be.dropout = {};
       epilogue_backward<T>(static_cast<const T*>(p_.out.data()), row_layout_of(p_.out), gp, gp, rows, d_out, be,
                            stream_);
@@ -157,16 +157,7 @@ class CudaExecution {
     return p_.rows > 1 ? *m.row_stride : std::max<std::int64_t>(r_, 1);
   }
 
-  ForwardEpilogue<T> own_epilogue() const {
-    ForwardEpilogue<T> e;
-    if (p_.epilogue.bias) {
-      e.bias = static_cast<const T*>(p_.epilogue.bias->data());
-      e.bias_stride = p_.epilogue.bias->stride(0);
-    }
-    e.activation = p_.epilogue.activation;
-    e.dropout = detail::make_dropout_plan(p_.epilogue.dropout_p, p_.epilogue.seed);
-    return e;
-  }
+  EpilogueArgs<T> own_epilogue() const { return detail::resolve_epilogue<T>(p_.epilogue); }
 
   /// A matrix-of-rows operand in place, or packed into `storage`.
   DeviceMatrix operand(const TensorView& v, DeviceBuffer& storage) const {
@@ -181,10 +172,7 @@ class CudaExecution {
   DeviceMatrix sketch_matrix(DeviceBuffer& storage) const {
     const TensorView& S = p_.S;
     if (const auto column_stride = detail::sketch_column_stride(S, p_.rank)) {
-      const auto* base = static_cast<const char*>(S.data());
-      if (auto op = detail::blas_operand(base, p_.d_in, r_, S.stride(-2), *column_stride)) {
-        return {S.data(), op->transposed, op->ld};
-      }
+      if (auto op = detail::operand_in_place<void>(S.data(), p_.d_in, r_, S.stride(-2), *column_stride)) return *op;
     }
     storage = buffer(p_.d_in * r_);
     // Source (T, d_in, k) → destination element (t, i, j) at i·r + t·k + j.
@@ -301,6 +289,28 @@ class CudaBackend final : public detail::Backend {
     DeviceGuard guard(p.x.device().index);
     dispatch_dtype(p.x.dtype(), [&](auto tag) { CudaExecution<decltype(tag)>(p).backward(g); });
   }
+  void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0,
+                       std::int64_t col0) const override {
+    sketch_to_dense_on_device(op, out, row0, col0);
+  }
+  void sketch_apply(const detail::SketchApplyProblem& p) const override { sketch_apply_on_device(p); }
+  bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
+  int device_count() const noexcept override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no device: not an error of later calls
+      return 0;
+    }
+    return count;
+  }
+  int runtime_version() const noexcept override {
+    int version = 0;
+    if (cudaRuntimeGetVersion(&version) != cudaSuccess) return 0;
+    return version;
+  }
+  MemoryStats memory_stats(int device) const override { return pool_stats(device); }
+  void reset_peak(int device) const override { pool_reset_peak(device); }
+  void empty_cache(int device) const override { pool_empty_cache(device); }
 };
 
 }  // namespace
@@ -309,30 +319,9 @@ class CudaBackend final : public detail::Backend {
 
 namespace sketchcore::detail {
 
-bool cuda_compiled() noexcept { return true; }
-
-int cuda_runtime_version() noexcept {
-  int version = 0;
-  if (cudaRuntimeGetVersion(&version) != cudaSuccess) return 0;
-  return version;
-}
-
-int cuda_devices() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: not an error of later calls
-    return 0;
-  }
-  return count;
-}
-
-const Backend& cuda_backend() {
+const Backend* cuda_backend() noexcept {
   static const cuda::CudaBackend backend;
-  return backend;
+  return &backend;
 }
-
-MemoryStats cuda_pool_stats(int device) { return cuda::pool_stats(device); }
-void cuda_pool_reset_peak(int device) { cuda::pool_reset_peak(device); }
-void cuda_pool_empty_cache(int device) { cuda::pool_empty_cache(device); }
 
 }  // namespace sketchcore::detail

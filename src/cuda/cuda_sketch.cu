@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "cuda_common.cuh"
-#include "detail/cuda_probe.hpp"
+#include "cuda_ops.cuh"
+#include "detail/layout.hpp"
 #include "device_pool.cuh"
 #include "kernels.cuh"
 #include "lt_gemm.cuh"
@@ -295,26 +296,35 @@ void refuse_graph_capture(const SketchOperator& op, cudaStream_t stream, const c
 
 }  // namespace
 
-void cuda_sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0, std::int64_t col0) {
-  const int device = out.device().index;
-  const cuda::DeviceGuard guard(device);
-  const cudaStream_t stream = cuda::current_stream();
-  refuse_graph_capture(op, stream, "sketch.to_dense");
-  cuda::dispatch_dtype(out.dtype(), [&](auto tag) {
-    to_dense_on_device<decltype(tag)>(op, out, row0, col0, device, stream);
-  });
-}
-
-void cuda_sketch_apply(const SketchOperator& op, const std::vector<TensorView>& a, const std::vector<TensorView>& out,
-                       Side side, bool transpose) {
-  if (a.empty()) return;
-  const int device = a.front().device().index;
-  const cuda::DeviceGuard guard(device);
-  const cudaStream_t stream = cuda::current_stream();
-  refuse_graph_capture(op, stream, "sketch.apply");
-  cuda::dispatch_dtype(a.front().dtype(), [&](auto tag) {
-    apply_on_device<decltype(tag)>(op, a, out, side, transpose, device, stream);
-  });
-}
-
 }  // namespace sketchcore::detail
+
+namespace sketchcore::cuda {
+
+void sketch_to_dense_on_device(const SketchOperator& op, const TensorView& out, std::int64_t row0,
+                               std::int64_t col0) {
+  const int device = out.device().index;
+  const DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream();
+  detail::refuse_graph_capture(op, stream, "sketch.to_dense");
+  dispatch_dtype(out.dtype(), [&](auto tag) {
+    detail::to_dense_on_device<decltype(tag)>(op, out, row0, col0, device, stream);
+  });
+}
+
+void sketch_apply_on_device(const detail::SketchApplyProblem& p) {
+  std::vector<TensorView> a_matrices, out_matrices;
+  const auto a_offsets = detail::batch_offsets(p.a), out_offsets = detail::batch_offsets(p.out);
+  for (std::size_t b = 0; b < a_offsets.size(); ++b) {
+    a_matrices.push_back(detail::matrix_at(p.a, a_offsets[b]));
+    out_matrices.push_back(detail::matrix_at(p.out, out_offsets[b]));
+  }
+  const int device = p.a.device().index;
+  const DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream();
+  detail::refuse_graph_capture(p.op, stream, "sketch.apply");
+  dispatch_dtype(p.a.dtype(), [&](auto tag) {
+    detail::apply_on_device<decltype(tag)>(p.op, a_matrices, out_matrices, p.side, p.transpose, device, stream);
+  });
+}
+
+}  // namespace sketchcore::cuda

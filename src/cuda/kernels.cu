@@ -37,7 +37,7 @@ __global__ void copy_strided_kernel(const T* src, Strided s, T* dst, Strided d, 
 
 template <class T, class Act>
 __global__ void forward_kernel(const T* src, RowLayout src_layout, T* out, RowLayout out_layout, std::int64_t rows,
-                               std::int64_t cols, ForwardEpilogue<T> e, Act act) {
+                               std::int64_t cols, EpilogueArgs<T> e, Act act) {
   using E = Element<T>;
   using C = typename E::Compute;
   const C keep_scale = static_cast<C>(e.dropout.keep_scale);
@@ -53,7 +53,7 @@ __global__ void forward_kernel(const T* src, RowLayout src_layout, T* out, RowLa
 
 template <class T, class Grad>
 __global__ void backward_kernel(const T* dy, RowLayout dy_layout, const T* h, T* g, std::int64_t rows,
-                                std::int64_t cols, ForwardEpilogue<T> e, Grad grad, bool uses_h) {
+                                std::int64_t cols, EpilogueArgs<T> e, Grad grad, bool uses_h) {
   using E = Element<T>;
   using C = typename E::Compute;
   const C keep_scale = static_cast<C>(e.dropout.keep_scale);
@@ -102,28 +102,6 @@ __global__ void finish_sums_kernel(const Acc* partial, std::int64_t slabs, std::
     Acc total = 0;
     for (std::int64_t s = 0; s < slabs; ++s) total += partial[s * cols + c];
     out[c * out_stride] = Element<T>::store(total);
-  }
-}
-
-template <class Fn>
-void with_activation(Activation activation, Fn&& fn) {
-  switch (activation) {
-    case Activation::none: fn(detail::Identity{}); break;
-    case Activation::relu: fn(detail::Relu{}); break;
-    case Activation::gelu: fn(detail::GeluErf{}); break;
-    case Activation::gelu_tanh: fn(detail::GeluTanh{}); break;
-    case Activation::silu: fn(detail::Silu{}); break;
-  }
-}
-
-template <class Fn>
-void with_activation_grad(Activation activation, Fn&& fn) {
-  switch (activation) {
-    case Activation::none: fn(detail::Identity{}); break;  // unused: h is not read
-    case Activation::relu: fn(detail::ReluGrad{}); break;
-    case Activation::gelu: fn(detail::GeluErfGrad{}); break;
-    case Activation::gelu_tanh: fn(detail::GeluTanhGrad{}); break;
-    case Activation::silu: fn(detail::SiluGrad{}); break;
   }
 }
 
@@ -197,9 +175,9 @@ void copy_strided(const T* src, const Strided& src_layout, T* dst, const Strided
 
 template <class T>
 void epilogue_forward(const T* src, const RowLayout& src_layout, T* out, const RowLayout& out_layout,
-                      std::int64_t rows, std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream) {
+                      std::int64_t rows, std::int64_t cols, const EpilogueArgs<T>& epilogue, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  with_activation(epilogue.activation, [&](auto act) {
+  detail::visit_activation(epilogue.activation, [&](auto act, auto) {
     forward_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(src, src_layout, out, out_layout, rows, cols,
                                                                      epilogue, act);
   });
@@ -208,10 +186,10 @@ void epilogue_forward(const T* src, const RowLayout& src_layout, T* out, const R
 
 template <class T>
 void epilogue_backward(const T* dy, const RowLayout& dy_layout, const T* h, T* g, std::int64_t rows,
-                       std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream) {
+                       std::int64_t cols, const EpilogueArgs<T>& epilogue, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const bool uses_h = epilogue.activation != Activation::none;
-  with_activation_grad(epilogue.activation, [&](auto grad) {
+  detail::visit_activation(epilogue.activation, [&](auto, auto grad) {
     backward_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(dy, dy_layout, h, g, rows, cols, epilogue, grad,
                                                                       uses_h);
   });
@@ -246,9 +224,9 @@ void fill_zero(T* dst, std::int64_t count, cudaStream_t stream) {
 #define SKETCHCORE_INSTANTIATE(T)                                                                                    \
   template void copy_strided<T>(const T*, const Strided&, T*, const Strided&, cudaStream_t);                        \
   template void epilogue_forward<T>(const T*, const RowLayout&, T*, const RowLayout&, std::int64_t, std::int64_t,   \
-                                    const ForwardEpilogue<T>&, cudaStream_t);                                       \
+                                    const EpilogueArgs<T>&, cudaStream_t);                                       \
   template void epilogue_backward<T>(const T*, const RowLayout&, const T*, T*, std::int64_t, std::int64_t,           \
-                                     const ForwardEpilogue<T>&, cudaStream_t);                                      \
+                                     const EpilogueArgs<T>&, cudaStream_t);                                      \
   template void column_sums<T>(const T*, std::int64_t, std::int64_t, void*, T*, std::int64_t, cudaStream_t);        \
   template void fill_zero<T>(T*, std::int64_t, cudaStream_t);
 

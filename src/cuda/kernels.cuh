@@ -50,27 +50,22 @@ RowLayout row_layout_of(const TensorView& view);
 /// A compact row-major rows × cols matrix with leading dimension ld.
 RowLayout row_layout_compact(std::int64_t ld);
 
-/// What the forward epilogue kernel still has to apply (cuBLASLt may have done part).
-template <class T>
-struct ForwardEpilogue {
-  const T* bias = nullptr;  ///< null: no bias to add here
-  std::int64_t bias_stride = 0;
-  Activation activation = Activation::none;  ///< none: nothing to apply here
-  detail::DropoutPlan dropout;
-};
+/// What the epilogue kernels still have to apply (cuBLASLt may have done part): the core's
+/// one resolved-epilogue type.
+using detail::EpilogueArgs;
 
 /// out(r, c) = dropout(act(src(r, c) + bias[c])) over rows × cols; src and out may be the
 /// same memory with the same layout (in place).
 template <class T>
 void epilogue_forward(const T* src, const RowLayout& src_layout, T* out, const RowLayout& out_layout,
-                      std::int64_t rows, std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream);
+                      std::int64_t rows, std::int64_t cols, const EpilogueArgs<T>& epilogue, cudaStream_t stream);
 
 /// g(r, c) = dy(r, c) · keep(r, c)/(1 − p) · act′(h(r, c) + bias[c]) into compact g
 /// (rows × cols, ld cols); `h` (compact, ld cols) is read only when the activation needs
 /// it and may be `g` itself.
 template <class T>
 void epilogue_backward(const T* dy, const RowLayout& dy_layout, const T* h, T* g, std::int64_t rows,
-                       std::int64_t cols, const ForwardEpilogue<T>& epilogue, cudaStream_t stream);
+                       std::int64_t cols, const EpilogueArgs<T>& epilogue, cudaStream_t stream);
 
 /// How many row slabs column_sums splits `rows` into: `partial` must hold
 /// column_sum_slabs(rows) × cols elements of the accumulation type.

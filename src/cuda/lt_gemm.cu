@@ -9,7 +9,6 @@
 
 #include "cublaslt_api.hpp"
 #include "cuda_common.cuh"
-#include "detail/strided.hpp"
 #include "device_pool.cuh"
 #include "sketchcore/errors.hpp"
 
@@ -99,15 +98,6 @@ void set(lt::Preference preference, int attribute, const V& value) {
 }
 
 }  // namespace
-
-std::optional<DeviceMatrix> in_place(const TensorView& view) {
-  const detail::RowMatrix m = detail::as_row_matrix(view);
-  if (!m.row_stride) return std::nullopt;
-  const auto* base = static_cast<const char*>(view.data());
-  auto op = detail::blas_operand(base, m.rows, m.cols, *m.row_stride, m.col_stride);
-  if (!op) return std::nullopt;
-  return DeviceMatrix{view.data(), op->transposed, op->ld};
-}
 
 bool lt_supports(DType dtype, Activation activation) noexcept {
   if (dtype == DType::float64) return activation == Activation::none;

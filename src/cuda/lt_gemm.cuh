@@ -7,43 +7,22 @@
 #include <cstdint>
 #include <optional>
 
+#include "detail/layout.hpp"
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/tensor.hpp"
 
 namespace sketchcore::cuda {
 
-/// A read-only matrix operand in row-major terms, as detail::BlasMatrix: `transposed`
-/// means the memory holds it column by column (its transpose is row-major, leading
-/// dimension `ld`).
-struct DeviceMatrix {
-  const void* data;
-  bool transposed;
-  std::int64_t ld;
-};
+/// A read-only matrix operand in row-major terms: the core's one operand type
+/// (detail/layout.hpp), type-erased.
+using DeviceMatrix = detail::MatrixOperand<void>;
+using detail::cols_from;
+using detail::rows_from;
+using detail::transposed;
 
 /// `view` (a matrix of its rows: leading dimensions collapse into one) as an operand in
 /// place, if its layout allows (unit stride along rows or columns); else nullopt.
-std::optional<DeviceMatrix> in_place(const TensorView& view);
-
-/// Rows [first, …) of an operand (no copy).
-template <class T>
-DeviceMatrix rows_from(const DeviceMatrix& m, std::int64_t first) {
-  const auto* base = static_cast<const T*>(m.data);
-  return {base + (m.transposed ? first : first * m.ld), m.transposed, m.ld};
-}
-
-/// Columns [first, …) of an operand (no copy).
-template <class T>
-DeviceMatrix cols_from(const DeviceMatrix& m, std::int64_t first) {
-  const auto* base = static_cast<const T*>(m.data);
-  return {base + (m.transposed ? first * m.ld : first), m.transposed, m.ld};
-}
-
-/// The transpose (no copy).
-inline DeviceMatrix transposed(DeviceMatrix m) {
-  m.transposed = !m.transposed;
-  return m;
-}
+inline std::optional<DeviceMatrix> in_place(const TensorView& view) { return detail::operand_in_place<void>(view); }
 
 /// The part of an epilogue cuBLASLt applies inside the GEMM.
 struct LtEpilogue {

@@ -33,7 +33,7 @@ CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasN
 // The one CBLAS call for both precisions; `cblas_gemm` is cblas_sgemm or cblas_dgemm.
 template <class T, class CblasGemm>
 void call_gemm(CblasGemm cblas_gemm, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const BlasMatrix<T>& a, const BlasMatrix<T>& b, T* c, std::int64_t ldc, T beta) {
+               const MatrixOperand<T>& a, const MatrixOperand<T>& b, T* c, std::int64_t ldc, T beta) {
   cblas_gemm(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"), blas_int(n, "columns"),
              blas_int(k, "inner dimension"), alpha, a.data, blas_int(a.ld, "leading dimension"), b.data,
              blas_int(b.ld, "leading dimension"), beta, c, blas_int(ldc, "leading dimension"));
@@ -42,22 +42,22 @@ void call_gemm(CblasGemm cblas_gemm, std::int64_t m, std::int64_t n, std::int64_
 }  // namespace
 
 template <>
-void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const BlasMatrix<float>& a,
-                 const BlasMatrix<float>& b, float* c, std::int64_t ldc, float beta) {
+void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const MatrixOperand<float>& a,
+                 const MatrixOperand<float>& b, float* c, std::int64_t ldc, float beta) {
   call_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 template <>
-void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const BlasMatrix<double>& a,
-                  const BlasMatrix<double>& b, double* c, std::int64_t ldc, double beta) {
+void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const MatrixOperand<double>& a,
+                  const MatrixOperand<double>& b, double* c, std::int64_t ldc, double beta) {
   call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 #if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
 namespace {
 template <class T, class CblasGemmBatch>
-void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<T>& a,
-                     std::int64_t stride_a, const BlasMatrix<T>& b, std::int64_t stride_b, T* c, std::int64_t ldc,
+void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<T>& a,
+                     std::int64_t stride_a, const MatrixOperand<T>& b, std::int64_t stride_b, T* c, std::int64_t ldc,
                      std::int64_t stride_c, std::int64_t batch) {
   fn(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"), blas_int(n, "columns"),
      blas_int(k, "inner dimension"), T(1), a.data, blas_int(a.ld, "leading dimension"), blas_int(stride_a, "stride"),
@@ -67,15 +67,15 @@ void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int
 }  // namespace
 
 template <>
-void gemm_batch_strided<float>(std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<float>& a,
-                               std::int64_t stride_a, const BlasMatrix<float>& b, std::int64_t stride_b, float* c,
+void gemm_batch_strided<float>(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<float>& a,
+                               std::int64_t stride_a, const MatrixOperand<float>& b, std::int64_t stride_b, float* c,
                                std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
   call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_sgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
                   stride_c, batch);
 }
 template <>
-void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<double>& a,
-                                std::int64_t stride_a, const BlasMatrix<double>& b, std::int64_t stride_b, double* c,
+void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<double>& a,
+                                std::int64_t stride_a, const MatrixOperand<double>& b, std::int64_t stride_b, double* c,
                                 std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
   call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_dgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
                   stride_c, batch);
@@ -83,15 +83,15 @@ void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, 
 bool blas_has_batched() noexcept { return true; }
 #else
 template <class T>
-void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<T>&, std::int64_t,
-                        const BlasMatrix<T>&, std::int64_t, T*, std::int64_t, std::int64_t, std::int64_t) {
+void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<T>&, std::int64_t,
+                        const MatrixOperand<T>&, std::int64_t, T*, std::int64_t, std::int64_t, std::int64_t) {
   throw std::logic_error("gemm_batch_strided: this build's CBLAS has no cblas_?gemm_batch_strided");
 }
-template void gemm_batch_strided<float>(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<float>&,
-                                        std::int64_t, const BlasMatrix<float>&, std::int64_t, float*, std::int64_t,
+template void gemm_batch_strided<float>(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<float>&,
+                                        std::int64_t, const MatrixOperand<float>&, std::int64_t, float*, std::int64_t,
                                         std::int64_t, std::int64_t);
-template void gemm_batch_strided<double>(std::int64_t, std::int64_t, std::int64_t, const BlasMatrix<double>&,
-                                         std::int64_t, const BlasMatrix<double>&, std::int64_t, double*,
+template void gemm_batch_strided<double>(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<double>&,
+                                         std::int64_t, const MatrixOperand<double>&, std::int64_t, double*,
                                          std::int64_t, std::int64_t, std::int64_t);
 bool blas_has_batched() noexcept { return false; }
 #endif

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "detail/activations.hpp"
 #include "detail/philox.hpp"
@@ -61,52 +62,30 @@ void dropout_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, s
 }  // namespace
 
 template <class T>
-EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue) {
-  EpilogueArgs<T> args;
-  if (epilogue.bias) {
-    args.bias = static_cast<const T*>(epilogue.bias->data());
-    args.bias_stride = epilogue.bias->stride(0);
-  }
-  args.activation = epilogue.activation;
-  args.dropout = make_dropout_plan(epilogue.dropout_p, epilogue.seed);
-  return args;
-}
-
-template <class T>
 void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
                     const EpilogueArgs<T>& a) {
-  switch (a.activation) {
-    case Activation::none:
-      if (a.bias) bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Identity{});
-      break;
-    case Activation::relu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Relu{}); break;
-    case Activation::gelu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, GeluErf{}); break;
-    case Activation::gelu_tanh: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, GeluTanh{}); break;
-    case Activation::silu: bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, Silu{}); break;
-  }
+  visit_activation(a.activation, [&](auto act, auto) {
+    if (!std::is_same_v<decltype(act), Identity> || a.bias) {
+      bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, act);
+    }
+  });
   if (a.dropout.enabled) dropout_rows(y, rows, cols, ld, first_row, a.dropout);
 }
 
 template <class T>
 void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
                              std::int64_t cols, std::int64_t first_row, const EpilogueArgs<T>& a) {
-  switch (a.activation) {
-    case Activation::none:
+  visit_activation(a.activation, [&](auto act, auto grad) {
+    if constexpr (std::is_same_v<decltype(act), Identity>) {  // G = dy: H is not read
       for (std::int64_t r = 0; r < rows; ++r) std::copy(dy + r * ld_dy, dy + r * ld_dy + cols, g + r * ld);
-      break;
-    case Activation::relu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, ReluGrad{}); break;
-    case Activation::gelu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, GeluErfGrad{}); break;
-    case Activation::gelu_tanh:
-      activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, GeluTanhGrad{});
-      break;
-    case Activation::silu: activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, SiluGrad{}); break;
-  }
+    } else {
+      activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, grad);
+    }
+  });
   // The dropout backward is the forward's mask and scale applied to the gradient.
   if (a.dropout.enabled) dropout_rows(g, rows, cols, ld, first_row, a.dropout);
 }
 
-template EpilogueArgs<float> resolve_epilogue<float>(const Epilogue&);
-template EpilogueArgs<double> resolve_epilogue<double>(const Epilogue&);
 template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                     const EpilogueArgs<float>&);
 template void apply_epilogue<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,

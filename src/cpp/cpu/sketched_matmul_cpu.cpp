@@ -14,12 +14,13 @@
 // that panels would keep in L2 costs less than that.
 //
 // With few rows and T > 1 the first product is one batched-strided BLAS call over the
-// terms (OpenBLAS), so that S need not be packed into Sp on every call.
+// terms (when the CBLAS has cblas_?gemm_batch_strided), so that S need not be packed into
+// Sp on every call.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
-#include "detail/backend.hpp"
+#include "cpu/cpu_ops.hpp"
 #include "detail/blas.hpp"
 #include "detail/epilogue_cpu.hpp"
 #include "detail/parallel.hpp"
@@ -43,9 +44,9 @@ constexpr std::int64_t kMinChunkRows = 1024;
 /// How the product X·Sp is formed.
 template <class T>
 struct FirstFactor {
-  BlasMatrix<T> sp{nullptr, false, 1};   // Sp when it is a matrix (in place or packed)
+  MatrixOperand<T> sp{nullptr, false, 1};   // Sp when it is a matrix (in place or packed)
   bool batched = false;                  // else: one batched call over S_t (d_in × k each)
-  BlasMatrix<T> s0{nullptr, false, 1};   // S_0 as a matrix, for the batched call
+  MatrixOperand<T> s0{nullptr, false, 1};   // S_0 as a matrix, for the batched call
   std::int64_t term_stride = 0;
 };
 
@@ -59,7 +60,7 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   const auto* base = static_cast<const T*>(S.data());
   FirstFactor<T> f;
   if (const auto cs = sketch_column_stride(p.S, p.rank)) {
-    if (auto op = blas_operand(base, p.d_in, r, S.stride(-2), *cs)) {
+    if (auto op = operand_in_place(base, p.d_in, r, S.stride(-2), *cs)) {
       f.sp = *op;
       return f;
     }
@@ -70,7 +71,7 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   // call's own overhead.
   if (allow_batched && blas_has_batched() && p.d_in * r >= (std::int64_t{1} << 16) &&
       (p.terms - 1) * chunk_rows <= 2 * r) {
-    if (auto op = blas_operand(base, p.d_in, p.rank, S.stride(-2), S.stride(-1))) {
+    if (auto op = operand_in_place(base, p.d_in, p.rank, S.stride(-2), S.stride(-1))) {
       f.batched = true;
       f.s0 = *op;
       f.term_stride = S.stride(0);
@@ -100,17 +101,11 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
 
 /// A matrix operand whose rows can be addressed: in place when possible, else packed.
 template <class T>
-BlasMatrix<T> whole_operand(const TensorView& v, Scratch<T>& scratch) {
+MatrixOperand<T> whole_operand(const TensorView& v, Scratch<T>& scratch) {
   const RowMatrix m = as_row_matrix(v);
-  if (auto op = blas_operand<T>(v, m)) return *op;
+  if (auto op = operand_in_place<T>(v)) return *op;
   pack_rows<T>(v, scratch.allocate(m.rows * m.cols));
   return {scratch.data(), false, std::max<std::int64_t>(m.cols, 1)};
-}
-
-/// Rows [begin, ...) of an in-place operand.
-template <class T>
-BlasMatrix<T> row_offset(const BlasMatrix<T>& m, std::int64_t begin) {
-  return {m.data + (m.transposed ? begin : begin * m.ld), m.transposed, m.ld};
 }
 
 template <class T>
@@ -118,10 +113,9 @@ class Executor {
  public:
   explicit Executor(const SketchedMatmulProblem& p)
       : p_(p), r_(p.terms * p.rank), epilogue_(resolve_epilogue<T>(p.epilogue)) {
-    const RowMatrix xm = as_row_matrix(p.x), om = as_row_matrix(p.out);
-    x_in_place_ = blas_operand<T>(p.x, xm);
-    if (auto o = blas_operand<T>(p.out, om); o && !o->transposed) {
-      out_in_place_ = BlasMatrix<T>{o->data, false, o->ld};
+    x_in_place_ = operand_in_place<T>(p.x);
+    if (auto o = operand_in_place<T>(p.out); o && !o->transposed) {
+      out_in_place_ = MatrixOperand<T>{o->data, false, o->ld};
     }
   }
 
@@ -175,9 +169,9 @@ class Executor {
         for (std::int64_t i = 0; i < n; ++i) std::fill(zp + i * ldz, zp + i * ldz + r_, T(0));
       }
     } else {
-      BlasMatrix<T> x_rows;
+      MatrixOperand<T> x_rows;
       if (x_in_place_) {
-        x_rows = row_offset(*x_in_place_, begin);
+        x_rows = rows_from<T>(*x_in_place_, begin);
       } else {
         T* staged = x_scratch.allocate(n * p_.d_in);
         const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(p_.d_in, 1));
@@ -193,7 +187,7 @@ class Executor {
       } else {
         gemm<T>(n, r_, p_.d_in, T(1), x_rows, factor_.sp, zp, ldz);
       }
-      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), BlasMatrix<T>{zp, false, ldz}, u_, y, ldy);
+      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), MatrixOperand<T>{zp, false, ldz}, u_, y, ldy);
     }
     // The epilogue (and the copy into a strided out) in one parallel pass over the chunk.
     if (epilogue_.active() || !out_in_place_) {
@@ -208,17 +202,13 @@ class Executor {
   const SketchedMatmulProblem& p_;
   const std::int64_t r_;
   const EpilogueArgs<T> epilogue_;
-  std::optional<BlasMatrix<T>> x_in_place_, out_in_place_;
+  std::optional<MatrixOperand<T>> x_in_place_, out_in_place_;
   FirstFactor<T> factor_;
-  BlasMatrix<T> u_{nullptr, false, 1};
+  MatrixOperand<T> u_{nullptr, false, 1};
   Scratch<T> s_scratch_, u_scratch_;
 };
 
 /// The transpose of an operand (no copy: the layout flag flips).
-template <class T>
-BlasMatrix<T> transposed(const BlasMatrix<T>& m) {
-  return {m.data, !m.transposed, m.ld};
-}
 
 /// Sets every element of `v` to zero.
 template <class T>
@@ -253,16 +243,16 @@ class BackwardExecutor {
       return;
     }
     Scratch<T> s_scratch, u_scratch, dsp, dup, dbias, ones;
-    const BlasMatrix<T> sp = first_factor<T>(p_, p_.rows, s_scratch, /*allow_batched=*/false).sp;
-    const BlasMatrix<T> up = whole_operand<T>(p_.U, u_scratch);
+    const MatrixOperand<T> sp = first_factor<T>(p_, p_.rows, s_scratch, /*allow_batched=*/false).sp;
+    const MatrixOperand<T> up = whole_operand<T>(p_.U, u_scratch);
     const RowMatrix zm = as_row_matrix(*p_.intermediate);
     const std::int64_t ldz = rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
     const auto* z_base = static_cast<const T*>(p_.intermediate->data());
-    const auto x_in_place = blas_operand<T>(p_.x, as_row_matrix(p_.x));
-    const auto dy_in_place = blas_operand<T>(p_.out, as_row_matrix(p_.out));
-    std::optional<BlasMatrix<T>> dx_in_place;
+    const auto x_in_place = operand_in_place<T>(p_.x);
+    const auto dy_in_place = operand_in_place<T>(p_.out);
+    std::optional<MatrixOperand<T>> dx_in_place;
     if (g_.x) {
-      if (auto o = blas_operand<T>(*g_.x, as_row_matrix(*g_.x)); o && !o->transposed) dx_in_place = o;
+      if (auto o = operand_in_place<T>(*g_.x); o && !o->transposed) dx_in_place = o;
     }
     const bool needs_h = p_.epilogue.activation != Activation::none;
     const bool transform = needs_h || epilogue_.dropout.enabled;
@@ -279,15 +269,15 @@ class BackwardExecutor {
     const std::int64_t u_first = g_.U_terms.begin * p_.rank, u_width = (g_.U_terms.end - g_.U_terms.begin) * p_.rank;
     // dUp and dSp accumulate over the chunks directly in the destinations when their
     // layouts are BLAS matrices, else in pooled buffers copied out at the end.
-    std::optional<BlasMatrix<T>> du_direct, ds_direct;
+    std::optional<MatrixOperand<T>> du_direct, ds_direct;
     if (g_.U) {
-      if (auto o = blas_operand<T>(*g_.U, as_row_matrix(*g_.U)); o && !o->transposed) du_direct = o;
+      if (auto o = operand_in_place<T>(*g_.U); o && !o->transposed) du_direct = o;
       if (!du_direct) dup.allocate(u_width * d_out);
     }
     if (g_.S) {
       const TensorView& gs = *g_.S;
       if (const auto cs = sketch_column_stride(gs, p_.rank)) {
-        if (auto o = blas_operand(static_cast<const T*>(gs.data()), d_in, s_width, gs.stride(-2), *cs);
+        if (auto o = operand_in_place(static_cast<const T*>(gs.data()), d_in, s_width, gs.stride(-2), *cs);
             o && !o->transposed) {
           ds_direct = o;
         }
@@ -301,10 +291,10 @@ class BackwardExecutor {
     const T scale = static_cast<T>(p_.epilogue.scale);
     for (std::int64_t begin = 0; begin < rows; begin += chunk) {
       const std::int64_t end = std::min(rows, begin + chunk), n = end - begin;
-      const BlasMatrix<T> zc{z_base + begin * ldz, false, ldz};
+      const MatrixOperand<T> zc{z_base + begin * ldz, false, ldz};
       Scratch<T> g_buffer, dy_staged, x_staged, gu, dx_staged;
       // G for this chunk (n × d_out).
-      BlasMatrix<T> gc;
+      MatrixOperand<T> gc;
       const T* dy = nullptr;
       std::int64_t ld_dy = d_out;
       if (dy_in_place && !dy_in_place->transposed) {
@@ -330,17 +320,17 @@ class BackwardExecutor {
         gemm<T>(1, d_out, n, T(1), {ones.data(), false, n}, gc, dbias.data(), d_out, beta);
       }
       if (g_.U && u_width > 0) {
-        gemm<T>(u_width, d_out, n, scale, transposed(BlasMatrix<T>{zc.data + u_first, false, ldz}), gc, du, ld_du, beta);
+        gemm<T>(u_width, d_out, n, scale, transposed(MatrixOperand<T>{zc.data + u_first, false, ldz}), gc, du, ld_du, beta);
       }
       if (!g_.S && !g_.x) continue;
       // G·Upᵀ: all r columns for dx, else only the ones dS needs (stored from column 0).
       const std::int64_t gu_first = g_.x ? 0 : s_first, gu_width = g_.x ? r_ : s_width;
       T* gup = gu.allocate(n * gu_width);
-      if (gu_width > 0) gemm<T>(n, gu_width, d_out, T(1), gc, transposed(row_offset(up, gu_first)), gup, gu_width);
+      if (gu_width > 0) gemm<T>(n, gu_width, d_out, T(1), gc, transposed(rows_from<T>(up, gu_first)), gup, gu_width);
       if (g_.S) {
-        BlasMatrix<T> xc;
+        MatrixOperand<T> xc;
         if (x_in_place) {
-          xc = row_offset(*x_in_place, begin);
+          xc = rows_from<T>(*x_in_place, begin);
         } else {
           gather_rows<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
           xc = {x_staged.data(), false, d_in};
@@ -401,29 +391,22 @@ class BackwardExecutor {
   const EpilogueArgs<T> epilogue_;
 };
 
-class CpuBackend final : public Backend {
- public:
-  void sketched_matmul(const SketchedMatmulProblem& p) const override {
-    if (p.x.dtype() == DType::float64) {
-      Executor<double>(p).run();
-    } else {
-      Executor<float>(p).run();
-    }
-  }
-  void sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) const override {
-    if (p.x.dtype() == DType::float64) {
-      BackwardExecutor<double>(p, g).run();
-    } else {
-      BackwardExecutor<float>(p, g).run();
-    }
-  }
-};
-
 }  // namespace
 
-const Backend& cpu_backend() {
-  static const CpuBackend backend;
-  return backend;
+void cpu_sketched_matmul(const SketchedMatmulProblem& p) {
+  if (p.x.dtype() == DType::float64) {
+    Executor<double>(p).run();
+  } else {
+    Executor<float>(p).run();
+  }
+}
+
+void cpu_sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) {
+  if (p.x.dtype() == DType::float64) {
+    BackwardExecutor<double>(p, g).run();
+  } else {
+    BackwardExecutor<float>(p, g).run();
+  }
 }
 
 }  // namespace sketchcore::detail

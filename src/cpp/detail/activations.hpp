@@ -1,6 +1,7 @@
-// The activations and their derivatives, one function object each, shared by the CPU
-// epilogue and (compiled by nvcc) the CUDA kernels, so both backends evaluate the same
-// formulas. Both GELU forms avoid `1 + erf(·)` / `1 + tanh(·)`, which cancel
+// The activations and their derivatives, one function object each, and the one table that
+// maps an Activation to them (visit_activation), shared by the CPU epilogue and (compiled by
+// nvcc) the CUDA kernels, so both backends evaluate the same formulas. Also the epilogue's
+// arguments as both backends' kernels take them (EpilogueArgs). Both GELU forms avoid `1 + erf(·)` / `1 + tanh(·)`, which cancel
 // catastrophically for negative z: ½·z·(1 + erf(z/√2)) = ½·z·erfc(−z/√2) and
 // ½·(1 + tanh(u)) = σ(2u).
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "detail/philox.hpp"  // SKETCHCORE_HOST_DEVICE
+#include "sketchcore/epilogue.hpp"
 
 namespace sketchcore::detail {
 
@@ -76,6 +78,25 @@ struct SiluGrad {  // σ(h)·(1 + h·(1 − σ(h)))
   }
 };
 
+struct One {  // identity' (never evaluated: the backends skip H for Activation::none)
+  template <class T> SKETCHCORE_HOST_DEVICE T operator()(T) const { return T(1); }
+};
+
+/// The one table of activations: calls `fn(forward, derivative)` with the function objects
+/// of `activation`. Adding an activation: its enumerator and doc (sketchcore/epilogue.hpp),
+/// its name (epilogue.cpp), its two functors and a case here; both backends and the bindings
+/// follow (src/README.md).
+template <class Fn>
+void visit_activation(Activation activation, Fn&& fn) {
+  switch (activation) {
+    case Activation::none: fn(Identity{}, One{}); return;
+    case Activation::relu: fn(Relu{}, ReluGrad{}); return;
+    case Activation::gelu: fn(GeluErf{}, GeluErfGrad{}); return;
+    case Activation::gelu_tanh: fn(GeluTanh{}, GeluTanhGrad{}); return;
+    case Activation::silu: fn(Silu{}, SiluGrad{}); return;
+  }
+}
+
 /// Philox word threshold and keep scale of inverted dropout with probability p: an element
 /// is dropped when its word < threshold (= round(p · 2^32)); p ≥ 1 − 2^-33 drops all.
 struct DropoutPlan {
@@ -104,6 +125,34 @@ inline DropoutPlan make_dropout_plan(double p, std::uint64_t seed) {
 SKETCHCORE_HOST_DEVICE bool dropout_keeps(const DropoutPlan& d, std::uint64_t row, std::uint64_t col) {
   if (d.drop_all) return false;
   return dropout_block(d.seed, row, col / 4).v[col % 4] >= d.threshold;
+}
+
+/// The epilogue as the kernels take it, resolved once per call for element type T: what is
+/// left to apply (the CUDA backend clears what cuBLASLt fused into its GEMM).
+template <class T>
+struct EpilogueArgs {
+  const T* bias = nullptr;  ///< null: no bias to add
+  std::int64_t bias_stride = 0;
+  Activation activation = Activation::none;
+  DropoutPlan dropout;
+
+  /// False when the epilogue would leave every element as it is.
+  SKETCHCORE_HOST_DEVICE bool active() const noexcept {
+    return bias || activation != Activation::none || dropout.enabled;
+  }
+};
+
+/// Resolves `epilogue` for element type T.
+template <class T>
+EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue) {
+  EpilogueArgs<T> args;
+  if (epilogue.bias) {
+    args.bias = static_cast<const T*>(epilogue.bias->data());
+    args.bias_stride = epilogue.bias->stride(0);
+  }
+  args.activation = epilogue.activation;
+  args.dropout = make_dropout_plan(epilogue.dropout_p, epilogue.seed);
+  return args;
 }
 
 }  // namespace sketchcore::detail

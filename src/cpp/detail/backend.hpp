@@ -1,10 +1,13 @@
-// The private backend interface: the public entry points validate their arguments once
-// and hand a checked problem to the backend of the operands' device.
+// The private backend interface. Every operation's public entry point validates its
+// arguments once (in the core) and hands a checked problem to the backend of the operands'
+// device; backends are peer folders (cpu/, ../cuda/) behind this one interface.
 #pragma once
 
 #include <cstdint>
 
 #include "sketchcore/epilogue.hpp"
+#include "sketchcore/memory.hpp"
+#include "sketchcore/sketch.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
 
@@ -26,7 +29,18 @@ struct SketchedMatmulProblem {
   const TensorView* intermediate = nullptr;  // Z = x·Sp to save (forward) or reuse (backward)
 };
 
-/// One device's implementation of the operations.
+/// A validated sketch application: `a` and `out` are 3-D (batch, rows, cols) views of the
+/// same dtype and device, with no overlap; for Side::left each out[b] = op·a[b] (opᵀ when
+/// `transpose`), for Side::right each out[b] = a[b]·op (or ·opᵀ).
+struct SketchApplyProblem {
+  const SketchOperator& op;
+  const TensorView& a;
+  const TensorView& out;
+  Side side;
+  bool transpose;
+};
+
+/// One kind of device's implementation of the operations and of its memory pool.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -35,9 +49,33 @@ class Backend {
   /// Computes the requested gradients of a validated problem (problem.out is dL/dy).
   virtual void sketched_matmul_backward(const SketchedMatmulProblem& problem,
                                         const SketchedMatmulGradients& grads) const = 0;
+  /// Writes S[row0 : row0 + out.rows, col0 : col0 + out.cols] into the validated 2-D `out`.
+  virtual void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0,
+                               std::int64_t col0) const = 0;
+  /// Applies a sketch to a validated, non-empty batch.
+  virtual void sketch_apply(const SketchApplyProblem& problem) const = 0;
+  /// Whether `dtype` can be computed on this kind of device.
+  virtual bool supports(DType dtype) const noexcept = 0;
+  /// Number of devices of this kind that can be used (the CPU: 1).
+  virtual int device_count() const noexcept = 0;
+  /// The backend runtime's version (CUDA: e.g. 13000; the CPU: 0).
+  virtual int runtime_version() const noexcept = 0;
+  /// Statistics, peak reset and cache release of the pool of temporaries on `device`.
+  virtual MemoryStats memory_stats(int device) const = 0;
+  virtual void reset_peak(int device) const = 0;
+  virtual void empty_cache(int device) const = 0;
 };
 
 /// The CPU backend (always present).
 const Backend& cpu_backend();
+
+/// The CUDA backend, or null in a build without it. Defined by src/cuda/ when the backend is
+/// compiled, else by src/cpp/no_cuda_backend.cpp (CMake links exactly one of them).
+const Backend* cuda_backend() noexcept;
+
+/// The backend for devices of `type`, or null when this build has none.
+inline const Backend* backend_for(DeviceType type) noexcept {
+  return type == DeviceType::cpu ? &cpu_backend() : cuda_backend();
+}
 
 }  // namespace sketchcore::detail

@@ -5,29 +5,25 @@
 
 #include <cstdint>
 
+#include "detail/layout.hpp"
+
 namespace sketchcore::detail {
 
-/// A read-only matrix operand as CBLAS sees it in row-major order. `transposed` means the
-/// memory holds the matrix column by column (its transpose is row-major with leading
-/// dimension `ld`).
+/// CBLAS takes the one operand type of the layout analysis.
 template <class T>
-struct BlasMatrix {
-  const T* data;
-  bool transposed;
-  std::int64_t ld;
-};
+using MatrixOperand = MatrixOperand<T>;
 
 /// C (m×n, row-major, leading dimension ldc) = alpha · A (m×k) · B (k×n) + beta · C.
 /// Requires m, n, k ≥ 1; throws shape_error if an extent exceeds the 32-bit BLAS range.
 template <class T>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const BlasMatrix<T>& a,
-          const BlasMatrix<T>& b, T* c, std::int64_t ldc, T beta = T(0));
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const MatrixOperand<T>& a,
+          const MatrixOperand<T>& b, T* c, std::int64_t ldc, T beta = T(0));
 
 /// C_i = A_i · B_i for i < batch, where X_i = X + i · stride_X (elements): one BLAS call
 /// (cblas_?gemm_batch_strided). Only with blas_has_batched(); throws otherwise.
 template <class T>
-void gemm_batch_strided(std::int64_t m, std::int64_t n, std::int64_t k, const BlasMatrix<T>& a,
-                        std::int64_t stride_a, const BlasMatrix<T>& b, std::int64_t stride_b, T* c,
+void gemm_batch_strided(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<T>& a,
+                        std::int64_t stride_a, const MatrixOperand<T>& b, std::int64_t stride_b, T* c,
                         std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
 
 /// Whether this build's CBLAS exports cblas_?gemm_batch_strided (probed by CMake).

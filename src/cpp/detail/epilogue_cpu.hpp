@@ -9,22 +9,6 @@
 
 namespace sketchcore::detail {
 
-/// Everything the epilogue needs, resolved once per call.
-template <class T>
-struct EpilogueArgs {
-  const T* bias = nullptr;  ///< null: no bias
-  std::int64_t bias_stride = 0;
-  Activation activation = Activation::none;
-  DropoutPlan dropout;
-
-  /// False when the epilogue would leave every element as it is.
-  bool active() const noexcept { return bias || activation != Activation::none || dropout.enabled; }
-};
-
-/// Resolves `epilogue` for element type T.
-template <class T>
-EpilogueArgs<T> resolve_epilogue(const Epilogue& epilogue);
-
 /// Applies `args` to a rows × cols row-major block with leading dimension `ld`, in place,
 /// on the calling thread. `first_row` is the block's first row in the whole output: the
 /// dropout mask depends on global (row, col), never on how the output is split.

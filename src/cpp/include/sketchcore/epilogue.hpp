@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "sketchcore/export.hpp"
 #include "sketchcore/tensor.hpp"
@@ -22,6 +23,9 @@ enum class Activation : unsigned char {
 
 /// Returns the activation's name as accepted by parse_activation ("none", "relu", ...).
 SKETCHCORE_API const char* activation_name(Activation activation) noexcept;
+
+/// Every activation, in declaration order (their names are the ones the bindings accept).
+SKETCHCORE_API std::vector<Activation> all_activations();
 
 /// Parses "none", "relu", "gelu", "gelu_tanh" or "silu".
 /// @throws std::invalid_argument naming the argument `activation`, the accepted names and `name`

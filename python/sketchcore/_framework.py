@@ -1,0 +1,93 @@
+"""The caller's array framework, seen from the bindings: where outputs are allocated (in the
+framework of the input, on its device), which CUDA stream the framework is using, and seed
+checking. One module, so that every operation treats NumPy, torch, CuPy and other DLPack
+producers alike."""
+from __future__ import annotations
+
+import secrets
+import sys
+from numbers import Integral
+from typing import Any
+
+_CUDA_DEVICE_TYPES = (2, 13)  # DLPack kDLCUDA, kDLCUDAManaged
+
+
+def empty_like(x: Any, shape: tuple[int, ...], dtype: Any = None, dlpack_dtype: str = "float32") -> Any:
+    """An uninitialised array of ``x``'s framework and device with ``shape`` and ``dtype``
+    (default: ``x``'s). A DLPack producer with no framework API gets a NumPy array of
+    memory sketchcore owns, of ``dlpack_dtype`` (the element type DLPack reported for x)."""
+    np = sys.modules.get("numpy")
+    if np is not None and type(x) is np.ndarray:
+        return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch.empty(shape, dtype=x.dtype if dtype is None else dtype, device=x.device)
+    if np is not None and isinstance(x, np.ndarray):  # ndarray subclasses
+        return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
+    namespace = getattr(x, "__array_namespace__", None)
+    if namespace is not None:  # array API standard (CuPy, JAX, ...)
+        return namespace().empty(shape, dtype=x.dtype if dtype is None else dtype, device=getattr(x, "device", None))
+    import numpy
+    from sketchcore._dlpack import DLPackBuffer
+    return numpy.from_dlpack(DLPackBuffer(shape, dlpack_dtype))
+
+
+def concatenate(a: Any, b: Any) -> Any:
+    """[a; b] along the first axis, in the arrays' own framework."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        return torch.cat([a, b], dim=0)
+    namespace = getattr(a, "__array_namespace__", None)
+    if namespace is not None:
+        return namespace().concat([a, b], axis=0)
+    import numpy as np
+    return np.concatenate([a, b], axis=0)
+
+
+def is_cuda_array(obj: Any) -> bool:
+    """Whether ``obj`` reports a CUDA device through ``__dlpack_device__``."""
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is None:
+        return False
+    try:
+        return device()[0] in _CUDA_DEVICE_TYPES
+    except Exception:  # a broken producer: import_array reports it with the argument's name
+        return False
+
+
+def current_stream(obj: Any) -> int:
+    """The CUDA stream handle that ``obj``'s framework currently uses on its device: torch's
+    ``current_stream``, CuPy's ``get_current_stream``, else 0 (the legacy default stream)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return int(torch.cuda.current_stream(obj.device).cuda_stream)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        with obj.device:
+            return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def stream_of(x: Any) -> int | None:
+    """None for a CPU array, else the CUDA stream a call on ``x`` runs on."""
+    if not is_cuda_array(x):
+        return None
+    return current_stream(x)
+
+
+def dlpack_stream(stream: int) -> int:
+    """The stream argument of ``__dlpack__`` for ``stream``: DLPack writes the legacy
+    default stream as 1 (0 is reserved)."""
+    return stream if stream != 0 else 1
+
+
+def checked_seed(seed: object, op: str, *, draw: bool) -> int | None:
+    """``seed`` as an int in [0, 2**64); None stays None unless ``draw``, which draws a
+    fresh one. Errors name the operation ``op`` and the argument."""
+    if seed is None:
+        return secrets.randbits(64) if draw else None
+    if isinstance(seed, bool) or not isinstance(seed, Integral):
+        raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"{op}: seed: expected an integer in [0, 2**64), got {seed}")
+    return int(seed)

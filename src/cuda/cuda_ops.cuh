@@ -1,0 +1,18 @@
+// The CUDA backend's sketch operations, called by CudaBackend (cuda_backend.cu) on problems
+// the core has validated (kernels and staging: cuda_sketch.cu).
+#pragma once
+
+#include <cstdint>
+
+#include "detail/backend.hpp"
+
+namespace sketchcore::cuda {
+
+/// A block of a sketch operator materialized on the device of `out`.
+void sketch_to_dense_on_device(const SketchOperator& op, const TensorView& out, std::int64_t row0,
+                               std::int64_t col0);
+
+/// A sketch applied to each matrix of a validated batch on the device of `problem.a`.
+void sketch_apply_on_device(const detail::SketchApplyProblem& problem);
+
+}  // namespace sketchcore::cuda
