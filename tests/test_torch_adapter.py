@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
+sct_ops = pytest.importorskip("sketchcore.torch._ops")
 import sketchcore  # noqa: E402
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -84,17 +85,17 @@ def test_panther_operator_rejects_mismatched_factors(shapes, fragment):
 
 
 def _factors_share_memory(layer):
-    return sct._joined_in_place(layer.S1s, layer.U2s) and sct._joined_in_place(layer.U1s, layer.S2s)
+    return sct_ops._joined_in_place(layer.S1s, layer.U2s) and sct_ops._joined_in_place(layer.U1s, layer.S2s)
 
 
 def test_layer_factors_are_joined_so_forward_copies_nothing():
     layer = sct.SKLinear(10, 6, 3, 2)
     assert _factors_share_memory(layer)
-    joined = sct._joined(layer.S1s, layer.U2s)
+    joined = sct_ops._joined(layer.S1s, layer.U2s)
     assert joined.data_ptr() == layer.S1s.data_ptr() and joined.shape == (6, 10, 2)
     torch.testing.assert_close(joined, torch.cat([layer.S1s, layer.U2s]), rtol=0, atol=0)
     # Copies where the layout does not hold, with the same values.
-    apart = sct._joined(layer.S1s.detach().clone(), layer.U2s.clone())
+    apart = sct_ops._joined(layer.S1s.detach().clone(), layer.U2s.clone())
     assert apart.data_ptr() != layer.S1s.data_ptr()
     torch.testing.assert_close(apart, joined, rtol=0, atol=0)
 

@@ -14,7 +14,6 @@ scaled so that ``E[S.T @ S] = I``.
 from __future__ import annotations
 
 
-import sys
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 

@@ -1,0 +1,16 @@
+"""PyTorch adapters: sketchcore's sketched GEMM as torch custom operators, and
+``SKLinear``, a drop-in for Panther's sketched linear layer.
+
+Thin Python over the public API through DLPack (no torch C++ extension). The operators
+have fake (meta) implementations and registered autograd, so ``torch.compile(model,
+fullgraph=True)`` traces them without graph breaks, and they pass
+``torch.library.opcheck``. Under ``torch.autocast`` they compute in float32 on the CPU and
+in the region's dtype (float16 or bfloat16) on CUDA devices.
+"""
+from __future__ import annotations
+
+from sketchcore.torch._functional import sketched_linear, sklinear
+from sketchcore.torch._modules import SKLinear, sketch_model
+from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
+
+__all__ = ["SKLinear", "sketch_model", "sketched_linear", "sklinear"]

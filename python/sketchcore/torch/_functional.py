@@ -1,0 +1,66 @@
+"""Differentiable functions over the custom operators: ``sketched_linear`` and Panther's
+layer as ``sklinear``."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+import sketchcore
+
+from sketchcore.torch import _ops  # noqa: F401 - registers the operators
+
+_ACTIVATIONS = sketchcore.ACTIVATIONS
+
+
+def _checked_activation(activation: str, where: str) -> str:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{where}: activation: expected one of {_ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+def _dropout_seed(seed: Optional[Tensor], dropout_p: float) -> Tensor:
+    """A 0-d int64 seed tensor; drawn from torch's RNG when dropout is on and none is given."""
+    if seed is not None:
+        return seed
+    if dropout_p > 0:
+        return torch.randint(0, 2**62, (), dtype=torch.int64)
+    return torch.zeros((), dtype=torch.int64)
+
+
+def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor] = None, *,
+             activation: str = "none", dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
+    """Differentiable Panther layer ``dropout(act(1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + bias))``.
+
+    S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k). The 2T products run
+    as the terms of one packed call over ``[S1s; U2s]`` and ``[U1s; S2s]``; when U2s
+    directly follows S1s in memory (and S2s follows U1s), as in :class:`SKLinear`, these
+    are views and nothing is copied. Gradients are computed only for the factors that
+    require them. ``seed`` as in :func:`sketched_linear`.
+    """
+    _checked_activation(activation, "sklinear")
+    shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
+    for name, shape in shapes.items():
+        if len(shape) != 3 or shape[0] != S1s.shape[0]:
+            raise ValueError(f"sklinear: {name}: expected a 3-D tensor (T = {S1s.shape[0]}, ., .) like S1s, "
+                             f"got shape {tuple(shape)}")
+    if U2s.shape != S1s.shape or U1s.shape != S2s.shape:
+        raise ValueError(f"sklinear: expected U2s shaped like S1s {tuple(S1s.shape)} and U1s like S2s "
+                         f"{tuple(S2s.shape)}, got {tuple(U2s.shape)} and {tuple(U1s.shape)}")
+    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p),
+                                         _dropout_seed(seed, dropout_p))
+    return y
+
+
+def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = None, *, activation: str = "none",
+                    scale: float = 1.0, dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
+    """Differentiable ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))``.
+
+    ``seed`` is a 0-d int64 tensor (drawn with ``torch.randint`` when ``None``, so that it
+    follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
+    """
+    _checked_activation(activation, "sketched_linear")
+    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
+                                                _dropout_seed(seed, dropout_p))
+    return y

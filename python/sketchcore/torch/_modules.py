@@ -1,0 +1,139 @@
+"""torch.nn modules over the differentiable functions: ``SKLinear`` (Panther's layer) and
+``sketch_model`` (replaces a model's ``nn.Linear`` layers)."""
+from __future__ import annotations
+
+import fnmatch
+import math
+import warnings
+from typing import Any, Iterable, Optional
+
+import torch
+from torch import Tensor, nn
+
+from sketchcore.torch._functional import _ACTIVATIONS, sklinear
+from sketchcore.torch._ops import _joined_in_place
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"SKLinear: {name}: expected an integer ≥ 1, got {value!r}")
+    return value
+
+
+class SKLinear(nn.Module):
+    """A sketched linear layer with Panther's ``SKLinear`` math, initialisation and names:
+
+        y = 1/(2T) · Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b
+
+    with learnable ``S1s`` (T, in, k), ``S2s`` (T, k, out) and ``bias``, and fixed buffers
+    ``U1s`` (T, k, out), ``U2s`` (T, in, k) with entries ±1/√k (drawn with torch's RNG).
+    Initialised from a dense weight W (``W_init``, shape (out, in) as in ``nn.Linear``):
+    ``S1_t = Wᵀ U1_tᵀ``, ``S2_t = U2_tᵀ Wᵀ``. Without ``W_init``, W is drawn like
+    ``nn.Linear``'s weight with fan-in = in_features; Panther computes this fan-in on the
+    wrong axis (out_features), which sketchcore does not reproduce.
+
+    All 2T products run as one packed pair of GEMMs with fused bias, activation and
+    dropout; inputs may have any leading shape and any strides (Panther's ``.view`` fails
+    on non-contiguous inputs). A warning is issued when the layer has more learnable
+    parameters than the dense layer it replaces.
+    """
+
+    def __init__(self, in_features: int, out_features: int, num_terms: int, low_rank: int,
+                 W_init: Optional[Tensor] = None, bias: bool = True, activation: Optional[str] = None,
+                 dropout: float = 0.0, dtype=None, device=None):
+        super().__init__()
+        self.in_features = _positive_int(in_features, "in_features")
+        self.out_features = _positive_int(out_features, "out_features")
+        self.num_terms = _positive_int(num_terms, "num_terms")
+        self.low_rank = _positive_int(low_rank, "low_rank")
+        self.activation = activation or "none"
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"SKLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"SKLinear: dropout: expected a probability in [0, 1], got {dropout!r}")
+        self.dropout = float(dropout)
+        kwargs = {"dtype": dtype or torch.get_default_dtype(), "device": device}
+        T, k, n_in, n_out = self.num_terms, self.low_rank, self.in_features, self.out_features
+        if T * k * (n_in + n_out) > n_in * n_out:
+            warnings.warn(f"SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}) has {T * k * (n_in + n_out)} "
+                          f"learnable parameters, more than the dense layer's {n_in * n_out}", stacklevel=2)
+        if W_init is None:
+            W_init = torch.empty(n_out, n_in, **kwargs)
+            nn.init.kaiming_uniform_(W_init, a=math.sqrt(5))  # nn.Linear's init; fan-in = in_features
+        elif tuple(W_init.shape) != (n_out, n_in):
+            raise ValueError(f"SKLinear: W_init: expected shape ({n_out}, {n_in}) (out_features, in_features), "
+                             f"got {tuple(W_init.shape)}")
+        sign = 1.0 / math.sqrt(k)
+        self.register_buffer("U1s", (torch.randint(0, 2, (T, k, n_out), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
+        self.register_buffer("U2s", (torch.randint(0, 2, (T, n_in, k), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
+        W = W_init.detach().to(**kwargs).t()  # (in, out)
+        self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
+        self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
+        self._pack_factors()
+        if bias:
+            bound = 1 / math.sqrt(n_in)
+            self.bias = nn.Parameter(torch.empty(n_out, **kwargs).uniform_(-bound, bound))
+        else:
+            self.register_parameter("bias", None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, num_terms: int, low_rank: int, **kwargs: Any) -> "SKLinear":
+        """An SKLinear initialised from ``linear``'s weight and bias."""
+        layer = cls(linear.in_features, linear.out_features, num_terms, low_rank, W_init=linear.weight.detach(),
+                    bias=linear.bias is not None, dtype=linear.weight.dtype, device=linear.weight.device, **kwargs)
+        if linear.bias is not None:
+            with torch.no_grad():
+                layer.bias.copy_(linear.bias)
+        return layer
+
+    def _pack_factors(self) -> None:
+        """Stores [S1s; U2s] and [U1s; S2s] each in one block of memory (the parameters and
+        buffers become views into it), so that forward hands the core two views and copies
+        nothing. The first block is laid out (in, 2T, k): the core reads it in place as the
+        packed in × 2Tk matrix [S1_1 … S1_T U2_1 … U2_T], so S1s and U2s are non-contiguous
+        views. Called at construction and after every ``.to()``/``.double()``/...; where
+        something else breaks the layout (``load_state_dict(assign=True)``), forward still
+        works, with one concatenation per call."""
+        T = self.num_terms
+        with torch.no_grad():
+            S = torch.cat([self.S1s, self.U2s]).transpose(0, 1).contiguous().transpose(0, 1)  # (2T, in, k) over (in, 2T, k)
+            U = torch.cat([self.U1s, self.S2s])
+        self.S1s.data, self._buffers["U2s"] = S[:T], S[T:]
+        self._buffers["U1s"], self.S2s.data = U[:T], U[T:]
+
+    def _apply(self, fn, *args, **kwargs):
+        result = super()._apply(fn, *args, **kwargs)
+        if _joined_in_place(self.S1s, self.U2s) and _joined_in_place(self.U1s, self.S2s):
+            return result  # in-place moves such as share_memory_() keep the layout
+        self._pack_factors()
+        return result
+
+    def forward(self, x: Tensor) -> Tensor:
+        p = self.dropout if self.training else 0.0
+        return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
+                        dropout_p=p)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, num_terms={self.num_terms}, "
+                f"low_rank={self.low_rank}, bias={self.bias is not None}, activation={self.activation!r}")
+
+
+def sketch_model(model: nn.Module, num_terms: int, low_rank: int, *, include: Optional[Iterable[str]] = None,
+                 exclude: Optional[Iterable[str]] = None, **kwargs: Any) -> dict[str, nn.Linear]:
+    """Replaces, in place, every ``nn.Linear`` of ``model`` whose qualified name matches a
+    pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns) by
+    ``SKLinear.from_linear``; returns the replaced layers by name."""
+    include = list(include) if include is not None else None
+    exclude = list(exclude or ())
+    replaced = {}
+    for name, module in list(model.named_modules()):
+        if type(module) is not nn.Linear:
+            continue
+        if include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include):
+            continue
+        if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, SKLinear.from_linear(module, num_terms, low_rank, **kwargs))
+        replaced[name] = module
+    return replaced
