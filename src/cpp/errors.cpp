@@ -2,9 +2,11 @@
 
 namespace sketchcore {
 
-shape_error::shape_error(const std::string& message) : std::invalid_argument(message) {}
-dtype_error::dtype_error(const std::string& message) : std::invalid_argument(message) {}
-device_error::device_error(const std::string& message) : std::invalid_argument(message) {}
-cuda_error::cuda_error(const std::string& message) : std::runtime_error(message) {}
+// The one out-of-line member of each exception type: its vtable and type_info live in
+// libsketchcore, so a `catch` in an application matches what the library throws.
+shape_error::~shape_error() = default;
+dtype_error::~dtype_error() = default;
+device_error::~device_error() = default;
+cuda_error::~cuda_error() = default;
 
 }  // namespace sketchcore

@@ -4,6 +4,7 @@
 // (sketch/sketch_ops.cpp).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "cpu/cpu_ops.hpp"
@@ -53,7 +54,8 @@ void dense_tile(const SketchOperator& op, std::int64_t j0, std::int64_t width, d
 
 // --------------------------------------------------------------------- 2-D operands
 
-/// A row-major matrix with unit column stride.
+/// A row-major (non-transposed) MatrixOperand that may be written, with its extents: the
+/// form the sparse and SRHT loops address row by row.
 template <class T>
 struct Mat {
   T* data;
@@ -61,23 +63,31 @@ struct Mat {
   T* row(std::int64_t i) const { return data + i * ld; }
 };
 
+/// `v` (2-D) in place when the layout analysis finds it row-major, else nullopt.
+template <class T>
+std::optional<Mat<T>> row_major(const TensorView& v) {
+  const std::int64_t r = v.size(0), c = v.size(1);
+  const auto op = operand_in_place(static_cast<const T*>(v.data()), r, c, v.stride(0), v.stride(1));
+  if (!op || op->transposed) return std::nullopt;
+  return Mat<T>{static_cast<T*>(v.data()), r, c, op->ld};
+}
+
 /// `v` (2-D) as a row-major matrix, packed into `scratch` unless already row-major.
 template <class T>
 Mat<T> readable(const TensorView& v, Scratch<T>& scratch) {
-  const std::int64_t r = v.size(0), c = v.size(1), rs = v.stride(0), cs = v.stride(1);
-  if ((c <= 1 || cs == 1) && (r <= 1 || rs >= std::max<std::int64_t>(c, 1))) {
-    return {static_cast<T*>(v.data()), r, c, r <= 1 ? std::max<std::int64_t>(c, 1) : rs};
-  }
+  if (const auto m = row_major<T>(v)) return *m;
+  const std::int64_t r = v.size(0), c = v.size(1);
   pack_rows<T>(v, scratch.allocate(r * c));
   return {scratch.data(), r, c, std::max<std::int64_t>(c, 1)};
 }
 
-/// Where to write `v` (2-D): itself if row-major, else `scratch` (copied back by finish()).
+/// Where to write `v` (2-D): itself if row-major, else `scratch` (`staged`: copy it back).
 template <class T>
 Mat<T> writable(const TensorView& v, Scratch<T>& scratch, bool& staged) {
-  const std::int64_t r = v.size(0), c = v.size(1), rs = v.stride(0), cs = v.stride(1);
-  staged = !((c <= 1 || cs == 1) && (r <= 1 || rs >= std::max<std::int64_t>(c, 1)));
-  if (!staged) return {static_cast<T*>(v.data()), r, c, r <= 1 ? std::max<std::int64_t>(c, 1) : rs};
+  const auto m = row_major<T>(v);
+  staged = !m;
+  if (m) return *m;
+  const std::int64_t r = v.size(0), c = v.size(1);
   return {scratch.allocate(r * c), r, c, std::max<std::int64_t>(c, 1)};
 }
 

@@ -8,8 +8,8 @@
 // budget, independent of the batch size; every temporary comes from
 // host_memory_resource() (detail/scratch.hpp).
 //
-// Why BLAS threads rather than one BLAS call per thread on row panels (DESIGN allows
-// either): measured on 2 cores at 4096 × 4096 → 4096, T·k = 256, per-thread panels were
+// Why BLAS threads rather than one BLAS call per thread on row panels (DESIGN.md's
+// execution model allows either, as long as the cores are not oversubscribed): measured on 2 cores at 4096 × 4096 → 4096, T·k = 256, per-thread panels were
 // 8–15% slower, because every panel GEMM packs all of Sp and Up again; the epilogue pass
 // that panels would keep in L2 costs less than that.
 //

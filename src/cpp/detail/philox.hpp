@@ -2,10 +2,11 @@
 // usable from host code and, compiled by nvcc, from device code: the CPU and CUDA
 // backends draw identical bits from identical (counter, key).
 //
-// Counter mapping (documented in docs of each user):
+// Counter mapping (each user documents its own: dropout in sketchcore/epilogue.hpp, the
+// sketch operators in sketchcore/sketch.hpp):
 //   key     = (seed low 32 bits, seed high 32 bits)
 //   counter = (c0, c1, c2, stream): `stream` names the operator that draws (kDropoutStream,
-//             sketch operators later), (c0, c1, c2) locate the draw inside it.
+//             one stream per sketch kind: sketch/entries.hpp), (c0, c1, c2) locate the draw.
 // Every output is a pure function of (seed, stream, c0, c1, c2): any sub-block of a
 // random matrix can be generated on its own, by any thread, in any order.
 #pragma once

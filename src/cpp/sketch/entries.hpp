@@ -1,6 +1,6 @@
 // Entry generators of the sketching operators (the mapping documented in
-// include/sketchcore/sketch.hpp). Host code today; written with SKETCHCORE_HOST_DEVICE so
-// that the CUDA backend can produce the same bits.
+// include/sketchcore/sketch.hpp), SKETCHCORE_HOST_DEVICE: the CPU backend and the CUDA
+// kernels (src/cuda/sketch_kernels.cu) generate the same bits from them.
 #pragma once
 
 #include <cmath>

@@ -19,30 +19,34 @@ namespace sketchcore {
 /// the operation cannot use (for example an output that overlaps an input).
 class SKETCHCORE_API shape_error : public std::invalid_argument {
  public:
-  /// Creates the error with a complete, human-readable message.
-  explicit shape_error(const std::string& message);
+  /// Creates the error with a complete, human-readable message (std::string or const char*).
+  using std::invalid_argument::invalid_argument;
+  ~shape_error() override;  ///< out of line: anchors the type's identity in libsketchcore
 };
 
 /// An argument has an unsupported element type, or the arguments' element types differ.
 class SKETCHCORE_API dtype_error : public std::invalid_argument {
  public:
-  /// Creates the error with a complete, human-readable message.
-  explicit dtype_error(const std::string& message);
+  /// Creates the error with a complete, human-readable message (std::string or const char*).
+  using std::invalid_argument::invalid_argument;
+  ~dtype_error() override;  ///< out of line: anchors the type's identity in libsketchcore
 };
 
 /// An argument lives on an unsupported device, or the arguments live on different devices.
 class SKETCHCORE_API device_error : public std::invalid_argument {
  public:
-  /// Creates the error with a complete, human-readable message.
-  explicit device_error(const std::string& message);
+  /// Creates the error with a complete, human-readable message (std::string or const char*).
+  using std::invalid_argument::invalid_argument;
+  ~device_error() override;  ///< out of line: anchors the type's identity in libsketchcore
 };
 
 /// A CUDA runtime or cuBLASLt call failed (no device, a launch error, a library that could
 /// not be loaded); the message names the call and the CUDA error.
 class SKETCHCORE_API cuda_error : public std::runtime_error {
  public:
-  /// Creates the error with a complete, human-readable message.
-  explicit cuda_error(const std::string& message);
+  /// Creates the error with a complete, human-readable message (std::string or const char*).
+  using std::runtime_error::runtime_error;
+  ~cuda_error() override;  ///< out of line: anchors the type's identity in libsketchcore
 };
 
 }  // namespace sketchcore
