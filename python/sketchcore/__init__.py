@@ -26,7 +26,7 @@ def _load_openblas() -> None:
 
 _load_openblas()
 
-from sketchcore import memory, sketch  # noqa: E402
+from sketchcore import linalg, memory, sketch  # noqa: E402
 from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, set_allow_tf32  # noqa: E402
@@ -60,6 +60,7 @@ __all__ = [
     "cuda_device_count",
     "get_allow_tf32",
     "get_num_threads",
+    "linalg",
     "memory",
     "sketch",
     "set_allow_tf32",

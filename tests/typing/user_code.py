@@ -50,3 +50,10 @@ layer_out: npt.NDArray[np.float32] = sketchcore.sklinear(
     np.ones((1, 8, 2), np.float32))
 print(y_typed.shape, in_use, limit, dense.shape, like.shape, block.shape, left.shape, right.shape, applied.shape,
       shape, k, ks, blas, version, devices, layer_out.shape, dS, dU, db)
+
+from sketchcore import linalg  # noqa: E402
+
+U_, s_, Vt_ = linalg.rsvd(x, 2, sketch="srht", seed=3)
+u_typed: npt.NDArray[np.float32] = U_
+Q_: npt.NDArray[np.float32] = linalg.rangefinder(x, 2)
+print(u_typed.shape, s_.shape, Vt_.shape, Q_.shape)

@@ -1,5 +1,6 @@
-"""PyTorch adapters: sketchcore's sketched GEMM as torch custom operators, and
-``SKLinear``, a drop-in for Panther's sketched linear layer.
+"""PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
+drop-in for Panther's sketched linear layer; ``LowRankLinear``; and model compression
+(``sketch_model``, ``restore_model``) with near-optimal (SVD) conversions.
 
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
@@ -9,8 +10,11 @@ in the region's dtype (float16 or bfloat16) on CUDA devices.
 """
 from __future__ import annotations
 
+from sketchcore.torch._convert import ConversionReport, LayerReport, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
-from sketchcore.torch._modules import SKLinear, sketch_model
+from sketchcore.torch._lowrank import LowRankLinear
+from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["SKLinear", "sketch_model", "sketched_linear", "sklinear"]
+__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "SKLinear", "restore_model", "sketch_model",
+           "sketched_linear", "sklinear"]

@@ -1,15 +1,14 @@
-"""torch.nn modules over the differentiable functions: ``SKLinear`` (Panther's layer) and
-``sketch_model`` (replaces a model's ``nn.Linear`` layers)."""
+"""``SKLinear``: Panther's sketched linear layer over the differentiable functions."""
 from __future__ import annotations
 
-import fnmatch
 import math
 import warnings
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
+from sketchcore.torch import _factors
 from sketchcore.torch._functional import _ACTIVATIONS, sklinear
 from sketchcore.torch._ops import _joined_in_place
 
@@ -17,6 +16,15 @@ def _positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"SKLinear: {name}: expected an integer ≥ 1, got {value!r}")
     return value
+
+
+def _check_saved_shape(layer: nn.Module, state: Any, keys: tuple[str, ...]) -> None:
+    """Raises ValueError naming the layer when a saved configuration does not fit it."""
+    mine = layer.get_extra_state()
+    if not isinstance(state, dict) or state.get("sketchcore") != mine["sketchcore"] or any(
+            state.get(key) != mine[key] for key in keys):
+        raise ValueError(f"{mine['sketchcore']}: state_dict: expected a saved layer with "
+                         f"{ {key: mine[key] for key in keys} }, got {state!r}")
 
 
 class SKLinear(nn.Module):
@@ -39,8 +47,11 @@ class SKLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, num_terms: int, low_rank: int,
                  W_init: Optional[Tensor] = None, bias: bool = True, activation: Optional[str] = None,
-                 dropout: float = 0.0, dtype=None, device=None):
+                 dropout: float = 0.0, dtype=None, device=None, init: str = "panther"):
         super().__init__()
+        if init not in ("panther", "svd"):
+            raise ValueError(f"SKLinear: init: expected 'panther' or 'svd', got {init!r}")
+        self.init = init
         self.in_features = _positive_int(in_features, "in_features")
         self.out_features = _positive_int(out_features, "out_features")
         self.num_terms = _positive_int(num_terms, "num_terms")
@@ -62,12 +73,18 @@ class SKLinear(nn.Module):
         elif tuple(W_init.shape) != (n_out, n_in):
             raise ValueError(f"SKLinear: W_init: expected shape ({n_out}, {n_in}) (out_features, in_features), "
                              f"got {tuple(W_init.shape)}")
-        sign = 1.0 / math.sqrt(k)
-        self.register_buffer("U1s", (torch.randint(0, 2, (T, k, n_out), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
-        self.register_buffer("U2s", (torch.randint(0, 2, (T, n_in, k), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
-        W = W_init.detach().to(**kwargs).t()  # (in, out)
-        self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
-        self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
+        if init == "svd":  # the best rank-2Tk approximation of W (see _factors.sklinear_factors)
+            S1s, S2s, U1s, U2s = (f.to(**kwargs) for f in _factors.sklinear_factors(W_init.t(), T, k))
+            self.register_buffer("U1s", U1s)
+            self.register_buffer("U2s", U2s)
+            self.S1s, self.S2s = nn.Parameter(S1s), nn.Parameter(S2s)
+        else:  # Panther's: random signs, S1_t = W U1_tᵀ, S2_t = U2_tᵀ W (unbiased, not accurate)
+            sign = 1.0 / math.sqrt(k)
+            self.register_buffer("U1s", (torch.randint(0, 2, (T, k, n_out), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
+            self.register_buffer("U2s", (torch.randint(0, 2, (T, n_in, k), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
+            W = W_init.detach().to(**kwargs).t()  # (in, out)
+            self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
+            self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
         self._pack_factors()
         if bias:
             bound = 1 / math.sqrt(n_in)
@@ -76,10 +93,16 @@ class SKLinear(nn.Module):
             self.register_parameter("bias", None)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, num_terms: int, low_rank: int, **kwargs: Any) -> "SKLinear":
-        """An SKLinear initialised from ``linear``'s weight and bias."""
+    def from_linear(cls, linear: nn.Linear, num_terms: int, low_rank: int, *, init: str = "svd",
+                    **kwargs: Any) -> "SKLinear":
+        """An SKLinear initialised from ``linear``'s weight and bias. ``init="svd"`` (the
+        default for conversions) fixes U1s/U2s to singular subspaces of the weight, so the layer
+        starts as its best rank-2·T·k approximation; ``init="panther"`` is Panther's unbiased
+        random-sign initialisation, whose relative error ≈ √((d−1)/(2Tk)) is worse than zero
+        until the layer has as many parameters as the dense one."""
         layer = cls(linear.in_features, linear.out_features, num_terms, low_rank, W_init=linear.weight.detach(),
-                    bias=linear.bias is not None, dtype=linear.weight.dtype, device=linear.weight.device, **kwargs)
+                    bias=linear.bias is not None, dtype=linear.weight.dtype, device=linear.weight.device,
+                    init=init, **kwargs)
         if linear.bias is not None:
             with torch.no_grad():
                 layer.bias.copy_(linear.bias)
@@ -112,28 +135,36 @@ class SKLinear(nn.Module):
         return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
                         dropout_p=p)
 
+    @property
+    def weight(self) -> Tensor:
+        """The dense equivalent (out, in), as ``nn.Linear.weight``, for torch code that reads
+        ``.weight`` (fast paths, weight-tying checks): computed on each access from the factors
+        (2T products of in·k·out), read-only."""
+        W = (torch.bmm(self.S1s, self.U1s).sum(0) + torch.bmm(self.U2s, self.S2s).sum(0)) / (2 * self.num_terms)
+        return W.t()
+
+    def to_linear(self) -> nn.Linear:
+        """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
+                           dtype=self.S1s.dtype, device=self.S1s.device)
+        with torch.no_grad():
+            linear.weight.copy_(self.weight)
+            if self.bias is not None:
+                linear.bias.copy_(self.bias)
+        return linear
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict so that ``restore_model`` can rebuild the
+        layer without the dense model."""
+        return {"sketchcore": "SKLinear", "in_features": self.in_features, "out_features": self.out_features,
+                "num_terms": self.num_terms, "low_rank": self.low_rank, "bias": self.bias is not None,
+                "activation": self.activation, "dropout": self.dropout}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Checks that the saved layer has this one's shape; adopts its activation and dropout."""
+        _check_saved_shape(self, state, ("in_features", "out_features", "num_terms", "low_rank", "bias"))
+        self.activation, self.dropout = state["activation"], state["dropout"]
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, num_terms={self.num_terms}, "
                 f"low_rank={self.low_rank}, bias={self.bias is not None}, activation={self.activation!r}")
-
-
-def sketch_model(model: nn.Module, num_terms: int, low_rank: int, *, include: Optional[Iterable[str]] = None,
-                 exclude: Optional[Iterable[str]] = None, **kwargs: Any) -> dict[str, nn.Linear]:
-    """Replaces, in place, every ``nn.Linear`` of ``model`` whose qualified name matches a
-    pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns) by
-    ``SKLinear.from_linear``; returns the replaced layers by name."""
-    include = list(include) if include is not None else None
-    exclude = list(exclude or ())
-    replaced = {}
-    for name, module in list(model.named_modules()):
-        if type(module) is not nn.Linear:
-            continue
-        if include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include):
-            continue
-        if any(fnmatch.fnmatchcase(name, p) for p in exclude):
-            continue
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, SKLinear.from_linear(module, num_terms, low_rank, **kwargs))
-        replaced[name] = module
-    return replaced

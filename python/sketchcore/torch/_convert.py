@@ -1,0 +1,206 @@
+"""Compressing a trained model: ``sketch_model`` replaces its ``nn.Linear`` layers by sketched
+ones (by fixed size, parameter ratio or error tolerance) and returns a report; ``restore_model``
+rebuilds a compressed model from its state_dict without the dense weights."""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Optional
+
+import torch
+from torch import nn
+
+from sketchcore.torch import _factors
+from sketchcore.torch._lowrank import LowRankLinear
+from sketchcore.torch._modules import SKLinear
+
+
+@dataclass
+class LayerReport:
+    """One converted (or kept) layer: what it became and what it costs."""
+
+    name: str
+    kind: str  #: "SKLinear", "LowRankLinear", or "kept dense"
+    in_features: int
+    out_features: int
+    rank: int  #: k per term for SKLinear (2·T·k in total), the rank for LowRankLinear, 0 when kept
+    params_before: int
+    params_after: int
+    flops_before: int  #: multiply-adds × 2 per input row
+    flops_after: int
+    weight_error: float  #: ‖W_new − W‖_F / ‖W‖_F
+    original: Optional[nn.Module] = field(default=None, repr=False)  #: the replaced module
+    reason: str = ""  #: why a layer was kept dense
+
+
+class ConversionReport(Mapping[str, LayerReport]):
+    """What ``sketch_model`` did: a mapping from the name of each replaced layer to its
+    :class:`LayerReport` (``report[name].original`` is the replaced ``nn.Linear``), plus
+    ``kept`` (matched layers left dense, with the reason) and ``skipped`` (modules a pattern
+    matched that are not plain ``nn.Linear``, e.g. attention's ``out_proj``).
+    ``print(report)`` shows the per-layer table and the totals."""
+
+    def __init__(self) -> None:
+        self.replaced: dict[str, LayerReport] = {}
+        self.kept: list[LayerReport] = []
+        self.skipped: list[tuple[str, str]] = []
+
+    def __getitem__(self, name: str) -> LayerReport:
+        return self.replaced[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.replaced)
+
+    def __len__(self) -> int:
+        return len(self.replaced)
+
+    @property
+    def params_before(self) -> int:
+        return sum(r.params_before for r in [*self.replaced.values(), *self.kept])
+
+    @property
+    def params_after(self) -> int:
+        return sum(r.params_after for r in [*self.replaced.values(), *self.kept])
+
+    def __str__(self) -> str:
+        rows = [*self.replaced.values(), *self.kept]
+        header = (f"{'layer':<28} {'kind':<14} {'shape':>11} {'rank':>5} {'params':>19} {'MFLOP/row':>17} "
+                  f"{'weight err':>10}")
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            shape = f"{r.in_features}→{r.out_features}"
+            lines.append(f"{r.name[-28:]:<28} {r.kind:<14} {shape:>11} {r.rank:>5} "
+                         f"{r.params_before:>9,}→{r.params_after:<9,} "
+                         f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {r.weight_error:>10.4f}"
+                         + (f"  ({r.reason})" if r.reason else ""))
+        lines.append(f"total parameters of the converted layers: {self.params_before:,} → {self.params_after:,}")
+        lines.extend(f"skipped {name}: {why}" for name, why in self.skipped)
+        return "\n".join(lines)
+
+
+def _params(layer: nn.Module) -> int:
+    return sum(p.numel() for p in layer.parameters())
+
+
+def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Optional[int],
+            tolerance: Optional[float], param_ratio: Optional[float]) -> tuple[int, str]:
+    """The rank (per term for SKLinear) and, when the layer should stay dense, the reason."""
+    n_in, n_out = M.shape
+    dense = n_in * n_out
+    per_rank = (n_in + n_out) * (num_terms if layer == "sklinear" else 1)  # learnable parameters per unit of rank
+    if low_rank is not None:
+        return low_rank, ""
+    if param_ratio is not None:
+        rank = int(param_ratio * dense // per_rank)
+        return (rank, "") if rank >= 1 else (0, f"no rank ≥ 1 fits param_ratio={param_ratio}")
+    assert tolerance is not None
+    rank, _ = _factors.rank_for_tolerance(M, tolerance)
+    if layer == "sklinear":
+        rank = -(-rank // (2 * num_terms))  # k per term: 2·T·k singular directions
+    if rank * per_rank >= dense:
+        return 0, f"tolerance {tolerance} needs rank {rank}, not fewer parameters than dense"
+    return rank, ""
+
+
+def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Optional[int] = None, *,
+                 tolerance: Optional[float] = None, param_ratio: Optional[float] = None,
+                 layer: Literal["sklinear", "lowrank"] = "sklinear", include: Optional[Iterable[str]] = None,
+                 exclude: Optional[Iterable[str]] = None, init: str = "svd", **kwargs: Any) -> ConversionReport:
+    """Replaces, in place, the ``nn.Linear`` layers of ``model`` whose qualified names match a
+    pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns).
+
+    Size: ``low_rank`` (k per term for SKLinear, the rank for LowRankLinear), or
+    ``param_ratio`` (learnable parameters of each new layer / the dense layer's), or
+    ``tolerance`` (each layer gets the smallest size whose relative weight error is at most
+    ``tolerance``, from its singular values; a layer that cannot meet it with fewer parameters
+    than dense stays dense). ``layer="sklinear"`` (needs ``num_terms``) builds Panther's layer
+    with ``init`` ("svd": the best rank-2Tk approximation; "panther": Panther's random-sign
+    initialisation); ``layer="lowrank"`` builds :class:`LowRankLinear` from the truncated SVD.
+    Other keyword arguments go to the new layers (``activation``, ``dropout``).
+
+    Returns a :class:`ConversionReport` (print it for the per-layer table). Modules a pattern
+    matches that are not plain ``nn.Linear`` (subclasses such as attention's
+    ``NonDynamicallyQuantizableLinear``, whose owner reads ``.weight`` directly) are reported as
+    skipped, not silently ignored.
+    """
+    sizes = [v is not None for v in (low_rank, tolerance, param_ratio)]
+    if sum(sizes) != 1:
+        raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio, got "
+                         f"low_rank={low_rank!r}, tolerance={tolerance!r}, param_ratio={param_ratio!r}")
+    if layer not in ("sklinear", "lowrank"):
+        raise ValueError(f"sketch_model: layer: expected 'sklinear' or 'lowrank', got {layer!r}")
+    if layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool) or not isinstance(num_terms, int)
+                                or num_terms < 1):
+        raise ValueError(f"sketch_model: num_terms: expected an integer ≥ 1 for layer='sklinear', got {num_terms!r}")
+    if tolerance is not None and not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"sketch_model: tolerance: expected a number in [0, 1), got {tolerance!r}")
+    if param_ratio is not None and not 0.0 < param_ratio:
+        raise ValueError(f"sketch_model: param_ratio: expected a positive number, got {param_ratio!r}")
+    include = list(include) if include is not None else None
+    exclude = list(exclude or ())
+    report = ConversionReport()
+    for name, module in list(model.named_modules()):
+        if not name or (include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include)):
+            continue
+        if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            continue
+        if type(module) is not nn.Linear:
+            if isinstance(module, nn.Linear):
+                report.skipped.append((name, f"{type(module).__name__} is a subclass of nn.Linear, "
+                                             "not replaced (its owner may read .weight directly)"))
+            continue
+        M = module.weight.detach().t()
+        n_in, n_out = M.shape
+        rank, reason = _choose(M, layer, num_terms, low_rank, tolerance, param_ratio)
+        flops_dense = 2 * n_in * n_out
+        if reason:
+            report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, _params(module), _params(module),
+                                           flops_dense, flops_dense, 0.0, None, reason))
+            continue
+        if layer == "lowrank":
+            rank = min(rank, n_in, n_out)
+            new: nn.Module = LowRankLinear.from_linear(module, rank, **kwargs)
+            flops = 2 * rank * (n_in + n_out)
+        else:
+            new = SKLinear.from_linear(module, num_terms, rank, init=init, **kwargs)
+            flops = 2 * 2 * num_terms * rank * (n_in + n_out)
+        error = _factors.relative_error(new.weight, module.weight)
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, new)
+        report.replaced[name] = LayerReport(name, type(new).__name__, n_in, n_out, rank, _params(module), _params(new),
+                                            flops_dense, flops, error, module)
+    return report
+
+
+_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear}
+
+
+def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
+    """Loads a compressed model's ``state_dict`` into ``model`` built with its original (dense)
+    architecture: every layer the state_dict records as a sketchcore layer (its
+    ``_extra_state``) is first replaced by an empty one of the saved configuration, then the
+    whole state_dict is loaded. No dense weight or conversion is needed. Returns ``model``."""
+    for key, value in state_dict.items():
+        if not key.endswith("._extra_state") or not isinstance(value, dict) or value.get("sketchcore") not in _LAYERS:
+            continue
+        name = key[: -len("._extra_state")]
+        config = dict(value)
+        cls = _LAYERS[config.pop("sketchcore")]
+        config.pop("dropout", None) if cls is LowRankLinear else None
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        old = getattr(parent, child)
+        reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
+        placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
+        if cls is SKLinear:
+            new: nn.Module = SKLinear(config["in_features"], config["out_features"], config["num_terms"],
+                                      config["low_rank"], bias=config["bias"], activation=config["activation"],
+                                      dropout=config["dropout"], **placement)
+        else:
+            new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
+                                activation=config["activation"], **placement)
+        setattr(parent, child, new)
+    model.load_state_dict(state_dict, strict=strict)
+    return model

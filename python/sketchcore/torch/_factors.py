@@ -1,0 +1,95 @@
+"""Near-optimal factors for converting a trained dense weight: truncated SVDs (exact, or
+randomized through sketchcore.linalg.rsvd when the rank is small next to the layer), the
+smallest rank meeting an error tolerance, and the SVD-chosen factors of Panther's layer.
+
+Conventions: a dense layer computes ``y = x Wᵀ + b`` with W (out, in) as ``nn.Linear``; its
+transpose M = Wᵀ (in × out) is what the sketched layers factor (``y = x A B + b``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from sketchcore import linalg
+
+#: Below this fraction of min(in, out), a randomized SVD replaces the exact one.
+_RANDOMIZED_BELOW = 0.25
+
+
+def truncated_svd(M: Tensor, rank: int) -> tuple[Tensor, Tensor, Tensor]:
+    """U (in × rank), s (rank,), Vt (rank × out) of M (in × out), computed in float64:
+    exactly, or by a randomized SVD (3 power iterations) when ``rank`` is small."""
+    M64 = M.detach().to(torch.float64)
+    if rank < _RANDOMIZED_BELOW * min(M64.shape):
+        return linalg.rsvd(M64, rank, oversample=10, power_iters=3, seed=0x5C)
+    U, s, Vt = torch.linalg.svd(M64, full_matrices=False)
+    return U[:, :rank], s[:rank], Vt[:rank]
+
+
+def rank_for_tolerance(M: Tensor, tolerance: float) -> tuple[int, float]:
+    """The smallest rank r whose truncated SVD has relative Frobenius error ≤ ``tolerance``
+    (from M's exact singular values), and that error."""
+    s = torch.linalg.svdvals(M.detach().to(torch.float64))
+    total = float((s * s).sum())
+    if total == 0.0:
+        return 1, 0.0
+    tail = torch.flip(torch.cumsum(torch.flip(s * s, [0]), 0), [0])  # tail[r] = Σ_{i ≥ r} s_i²
+    errors = torch.sqrt(torch.cat([tail[1:], tail.new_zeros(1)]) / total)  # error of rank r + 1
+    for r, error in enumerate(errors.tolist(), start=1):
+        if error <= tolerance:
+            return r, error
+    return len(s), 0.0
+
+
+def balanced_factors(M: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """A (in × rank), B (rank × out) with A B the best rank-``rank`` approximation of M, the
+    singular values split evenly (A = U √s, B = √s Vt) so both factors train alike."""
+    U, s, Vt = truncated_svd(M, rank)
+    root = torch.sqrt(s)
+    return U * root, root[:, None] * Vt
+
+
+def sklinear_factors(M: Tensor, terms: int, rank: int, generator: torch.Generator | None = None
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k) such that Panther's layer
+    1/(2T) Σ_t [S1_t U1_t + U2_t S2_t] is the best rank-2Tk approximation of M.
+
+    The 2T blocks of k singular triplets (u, s, v), largest first, go to the terms in turn:
+    block 2t fixes U1_t = its vᵀ rows and learns S1_t = 2T·M·V; block 2t+1 fixes U2_t = its u
+    columns and learns S2_t = 2T·Uᵀ·M. Singular directions beyond min(in, out) do not exist:
+    their fixed rows/columns are random signs ±1/√k and their learnable factors start at 0.
+    """
+    n_in, n_out = M.shape
+    available = min(n_in, n_out, 2 * terms * rank)
+    U, s, Vt = truncated_svd(M, available)
+    scale = 2 * terms
+    sign = 1.0 / math.sqrt(rank)
+
+    def signs(*shape: int) -> Tensor:
+        return (torch.randint(0, 2, shape, generator=generator) * 2 - 1).to(torch.float64) * sign
+
+    S1s, S2s = torch.zeros(terms, n_in, rank, dtype=torch.float64), torch.zeros(terms, rank, n_out, dtype=torch.float64)
+    U1s, U2s = signs(terms, rank, n_out), signs(terms, n_in, rank)
+    for t in range(terms):
+        for block, first in ((2 * t, True), (2 * t + 1, False)):
+            lo, hi = block * rank, min((block + 1) * rank, available)
+            if lo >= hi:
+                continue
+            width = hi - lo
+            if first:
+                U1s[t, :width] = Vt[lo:hi]
+                S1s[t, :, :width] = scale * U[:, lo:hi] * s[lo:hi]
+            else:
+                U2s[t, :, :width] = U[:, lo:hi]
+                S2s[t, :width] = scale * s[lo:hi, None] * Vt[lo:hi]
+    return S1s, S2s, U1s, U2s
+
+
+def relative_error(approximation: Tensor, M: Tensor) -> float:
+    """‖approximation − M‖_F / ‖M‖_F in float64 (0 for a zero M approximated exactly)."""
+    a, m = approximation.detach().to(torch.float64), M.detach().to(torch.float64)
+    norm = float(torch.linalg.norm(m))
+    difference = float(torch.linalg.norm(a - m))
+    return difference / norm if norm > 0 else difference
