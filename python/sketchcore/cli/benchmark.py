@@ -1,4 +1,4 @@
-"""The main job: a short benchmark of ``sketched_matmul`` on this machine.
+"""The default command: a short benchmark of ``sketched_matmul`` on this machine.
 
 Compares, on the same float32 data, ``sketchcore.sketched_matmul(x, S, U)`` with NumPy's
 ``(x @ S) @ U`` (S, U packed over terms) and with a dense NumPy ``x @ W``, then prints a
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -104,16 +103,23 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sketchcore",
-        description="Benchmark sketchcore.sketched_matmul against NumPy on this machine (float32).")
+        description="Benchmark sketchcore.sketched_matmul against NumPy on this machine (float32). Subcommands: "
+                    "info, landscape, memory, convert (python -m sketchcore SUBCOMMAND --help).")
+    parser.add_argument("--version", action="version", version=f"sketchcore {sketchcore.__version__}")
     parser.add_argument("--quick", action="store_true", help="small shapes only (a few seconds)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per measurement (default 7)")
     parser.add_argument("--budget", type=float, default=1.5,
                         help="seconds per measurement after which timing stops early (default 1.5)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for sketchcore (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random data")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats: expected an integer ≥ 1, got {args.repeats}")
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
           f"NumPy {np.__version__}, {sketchcore.get_num_threads()} threads", flush=True)
     shapes = QUICK_SHAPES if args.quick else DEFAULT_SHAPES
     rng = np.random.default_rng(args.seed)
-    rows = []
+    rows: list[Row] = []
     for i, shape in enumerate(shapes, 1):
         b, di, do, t, k = shape
         print(f"[{i}/{len(shapes)}] batch {b}, d_in {di} → d_out {do}, T {t} × k {k} ...", end=" ", flush=True)
@@ -140,6 +146,3 @@ def main(argv: list[str] | None = None) -> int:
           "speedup = baseline time / sketchcore time; rel.err = ‖y − y₆₄‖/‖y₆₄‖ against a float64 reference.")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``sketchcore info``: what a bug report needs — versions, build, devices, threads, frameworks."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+
+import sketchcore
+
+_FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
+_ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
+                "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+
+
+def collect() -> dict[str, object]:
+    build = sketchcore.build_info()
+    frameworks: dict[str, str | None] = {}
+    for name in _FRAMEWORKS:
+        try:
+            frameworks[name] = str(getattr(importlib.import_module(name), "__version__", "installed"))
+        except Exception:  # noqa: BLE001 - absent or broken: reported, not fatal
+            frameworks[name] = None
+    devices: list[str] = [f"cpu ({os.cpu_count()} logical cores, {platform.processor() or platform.machine()})"]
+    torch = None
+    if frameworks["torch"]:
+        import torch
+    for index in range(sketchcore.cuda_device_count()):
+        name = torch.cuda.get_device_name(index) if torch is not None and torch.cuda.is_available() else "CUDA device"
+        devices.append(f"cuda:{index} ({name})")
+    return {
+        "sketchcore": sketchcore.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "blas": build["blas"],
+        "cuda_backend": build["cuda"],
+        "cuda_runtime_version": build["cuda_runtime_version"],
+        "cuda_devices": sketchcore.cuda_device_count(),
+        "devices": devices,
+        "threads": sketchcore.get_num_threads(),
+        "tf32": sketchcore.get_allow_tf32(),
+        "frameworks": frameworks,
+        "environment": {name: os.environ.get(name) for name in _ENVIRONMENT if os.environ.get(name)},
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sketchcore info",
+                                     description="Print the version, build, devices, threads and frameworks.")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    facts = collect()
+    if args.json:
+        print(json.dumps(facts, indent=1))
+        return 0
+    width = max(len(key) for key in facts)
+    for key, value in facts.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v if v is not None else '(not installed)'}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = "; ".join(value)
+        print(f"{key:<{width}}  {value}")
+    return 0

@@ -1,0 +1,132 @@
+"""The command-line tool's subcommands, run as a user runs them (subprocesses): --version,
+info, landscape (table, JSON, CSV, a PNG that decodes, the hint without matplotlib, Ctrl-C),
+memory and convert (including files that are not torch models)."""
+import csv
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sketchcore
+
+
+def run(*args, timeout=300, **kwargs):
+    return subprocess.run([sys.executable, "-m", "sketchcore", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def test_version():
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"sketchcore {sketchcore.__version__}"
+
+
+def test_info_text_and_json():
+    text = run("info")
+    assert text.returncode == 0 and "blas" in text.stdout and "threads" in text.stdout
+    facts = json.loads(run("info", "--json").stdout)
+    assert facts["sketchcore"] == sketchcore.__version__
+    assert facts["blas"] == sketchcore.build_info()["blas"] and facts["threads"] == sketchcore.get_num_threads()
+    assert facts["cuda_backend"] == sketchcore.build_info()["cuda"]
+    assert facts["devices"][0].startswith("cpu (") and "numpy" in facts["frameworks"]
+
+
+def test_landscape_quick_writes_table_json_csv_and_plot(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = {k: tmp_path / f"landscape.{k}" for k in ("json", "csv", "png")}
+    start = time.perf_counter()
+    done = run("landscape", "--quick", "--backward", "--json", str(paths["json"]), "--csv", str(paths["csv"]),
+               "--plot", str(paths["png"]), "--spectrum", "exp")
+    assert done.returncode == 0, done.stderr
+    assert time.perf_counter() - start < 60
+    records = json.loads(paths["json"].read_text())["records"]
+    sketched = [r for r in records if r["layer"] == "sketched"]
+    assert len(sketched) == 9 and len(records) == 10  # 3 terms × 3 ranks, plus the dense baseline
+    with open(paths["csv"]) as f:
+        assert len(list(csv.DictReader(f))) == 10
+    s = np.exp(-np.arange(1, 257) / 32)
+    for r in sketched:
+        assert r["params"] == r["num_terms"] * r["rank"] * 512 and r["flops"] == 2 * 256 * r["params"]
+        assert r["forward_s"] > 0 and r["backward_s"] > 0 and r["peak_pool_bytes"] > 0
+        rank = r["num_terms"] * r["rank"]
+        assert math.isclose(r["error"], math.sqrt(np.sum(s[rank:] ** 2) / np.sum(s**2)), rel_tol=1e-8)
+    image = plt.imread(paths["png"])
+    assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 600
+    table = [line for line in done.stdout.splitlines() if line.startswith(("dense", "sketched"))]
+    assert len(table) == 10
+
+
+def test_landscape_plot_without_matplotlib_says_how_to_install(tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from sketchcore.cli import main\n"
+            f"sys.exit(main(['landscape', '--quick', '--plot', r'{tmp_path / 'x.png'}']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "pip install 'sketchcore[plot]'" in done.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("args", [["--terms", "0"], ["--ranks", "x"], ["--device", "tpu"], ["--in", "-4"]])
+def test_landscape_bad_arguments(args):
+    done = run("landscape", "--quick", *args)
+    assert done.returncode == 2 and "usage:" in done.stderr
+
+
+def test_ctrl_c_stops_without_a_traceback():
+    process = subprocess.Popen([sys.executable, "-m", "sketchcore", "landscape", "--in", "2048", "--batch", "2048",
+                                "--terms", "1", "2", "4", "8", "--ranks", "64", "128", "--repeats", "20"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_memory_breakdown_quick():
+    done = run("memory", "--quick", "--terms", "2", "--rank", "16")
+    assert done.returncode == 0, done.stderr
+    rows = {line[:30].strip(): line[30:].split() for line in done.stdout.splitlines() if len(line) > 30}
+    dense, sketched = float(rows["parameters"][0]), float(rows["parameters"][1])
+    assert math.isclose(dense, (1024 * 1024 + 1024) * 4 / 2**20, abs_tol=0.006)
+    assert math.isclose(sketched, (2 * 16 * 2048 + 1024) * 4 / 2**20, abs_tol=0.006)
+    assert float(rows["saved intermediate Z = x·S"][1]) == pytest.approx(1024 * 32 * 4 / 2**20, abs=0.006)
+    assert float(rows["pooled workspace (measured)"][1]) > 0
+    assert float(rows["total"][1]) < float(rows["total"][0])
+
+
+def test_convert_compresses_a_saved_model(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    source, target = tmp_path / "model.pt", tmp_path / "small.pt"
+    torch.save(model, source)
+    done = run("convert", str(source), "-o", str(target), "--rank", "32", "--include", "0")
+    assert done.returncode == 0, done.stderr
+    assert "LowRankLinear" in done.stdout and "total parameters" in done.stdout
+    small = torch.load(target, weights_only=False)
+    assert type(small[0]).__name__ == "LowRankLinear" and type(small[2]) is torch.nn.Linear
+    x = torch.randn(5, 32)
+    torch.testing.assert_close(small(x), model(x), rtol=1e-4, atol=1e-5)  # rank 32 = full rank of a 32-input layer
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda torch, p: torch.save({"w": torch.zeros(2)}, p), "expected a whole model saved with torch.save"),
+    (lambda torch, p: p.write_text("not a model"), "not a file saved by torch.save"),
+    (lambda torch, p: None, "no such file"),
+])
+def test_convert_refuses_what_is_not_a_model(tmp_path, make, message):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "input.pt"
+    make(torch, path)
+    done = run("convert", str(path), "-o", str(tmp_path / "out.pt"), "--tolerance", "0.1")
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_convert_needs_a_size():
+    done = run("convert", "model.pt", "-o", "out.pt")
+    assert done.returncode == 2 and "one of the arguments --tolerance --param-ratio --rank is required" in done.stderr
