@@ -80,7 +80,9 @@ def test_rangefinder_spans_the_dominant_subspace(rng):
     Q = linalg.rangefinder(A, 30, seed=4)
     assert Q.shape == (150, 30)
     residual = np.linalg.norm(A - Q @ (Q.T @ A)) / np.linalg.norm(A)
-    assert residual <= 1.1 * optimal_error(s, 30)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(30), atol=1e-10)
+    # No oversampling here (rsvd adds it): the power iterations alone keep it near optimal.
+    assert residual <= 1.25 * optimal_error(s, 30)
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error", "match"), [

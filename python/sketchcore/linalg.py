@@ -21,29 +21,29 @@ SketchKind = Literal["gaussian", "rademacher", "uniform", "sparse_sign", "counts
 
 
 class _Ops:
-    """The few dense operations rsvd needs, in the array's own framework."""
+    """The few dense operations rsvd needs, in the array's own framework: NumPy, torch and the
+    array API standard share the signatures of linalg.qr(mode="reduced") and
+    linalg.svd(full_matrices=False); only the transpose is spelled differently."""
 
     def __init__(self, A: Any):
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(A, torch.Tensor):
-            self.qr = lambda M: torch.linalg.qr(M, mode="reduced")[0]
-            self.svd = lambda M: torch.linalg.svd(M, full_matrices=False)
-            self.T = lambda M: M.mT
-            return
-        np = sys.modules.get("numpy")
-        if np is not None and isinstance(A, np.ndarray):
-            self.qr = lambda M: np.linalg.qr(M, mode="reduced")[0]
-            self.svd = lambda M: np.linalg.svd(M, full_matrices=False)
-            self.T = lambda M: M.T
-            return
+        torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
         namespace = getattr(A, "__array_namespace__", None)
-        if namespace is None or not hasattr(namespace(), "linalg"):
+        if torch is not None and isinstance(A, torch.Tensor):
+            self.linalg, self.T = torch.linalg, lambda M: M.mT
+        elif np is not None and isinstance(A, np.ndarray):
+            self.linalg, self.T = np.linalg, lambda M: M.T
+        elif namespace is not None and hasattr(namespace(), "linalg"):
+            xp = namespace()
+            self.linalg, self.T = xp.linalg, xp.matrix_transpose
+        else:
             raise TypeError(f"rsvd: A: expected a NumPy array, a torch tensor or an array with an array-API "
                             f"namespace providing linalg, got {type(A).__module__}.{type(A).__qualname__}")
-        xp = namespace()
-        self.qr = lambda M: xp.linalg.qr(M, mode="reduced")[0]
-        self.svd = lambda M: xp.linalg.svd(M, full_matrices=False)
-        self.T = lambda M: xp.matrix_transpose(M)
+
+    def qr(self, M: Any) -> Any:
+        return self.linalg.qr(M, mode="reduced")[0]
+
+    def svd(self, M: Any) -> Any:
+        return self.linalg.svd(M, full_matrices=False)
 
 
 def _check_int(value: object, name: str, low: int) -> int:
@@ -60,6 +60,15 @@ def _shape(A: Any) -> tuple[int, int]:
     if len(shape) != 2:
         raise ValueError(f"rsvd: A: expected a 2-D array, got shape {shape}")
     return int(shape[0]), int(shape[1])
+
+
+def _sized(A: Any, value: object, name: str) -> tuple[int, int, int]:
+    """A's shape (m, n) and `value` checked as a size in [1, min(m, n)]."""
+    m, n = _shape(A)
+    size = _check_int(value, name, 1)
+    if size > min(m, n):
+        raise ValueError(f"rsvd: {name}: expected at most min(m, n) = {min(m, n)}, got {size}")
+    return m, n, size
 
 
 def _sketch_operator(kind: str, width: int, n: int, seed: int | None) -> _sketch.SketchOperator:
@@ -79,10 +88,7 @@ def rangefinder(A: ArrayT, size: int, *, power_iters: int = 2, sketch: SketchKin
     """An orthonormal basis Q (m × size) whose span captures the dominant column space of A
     (m × n): Q = orth(A Ω) after ``power_iters`` re-orthonormalized power iterations
     ``Q ← orth(A orth(Aᵀ Q))``. ``size`` ≤ min(m, n)."""
-    m, n = _shape(A)
-    size = _check_int(size, "size", 1)
-    if size > min(m, n):
-        raise ValueError(f"rsvd: size: expected at most min(m, n) = {min(m, n)}, got {size}")
+    m, n, size = _sized(A, size, "size")
     power_iters = _check_int(power_iters, "power_iters", 0)
     ops = _Ops(A)
     omega = _sketch_operator(sketch, size, n, seed).T  # n × size, applied without being formed
@@ -106,10 +112,7 @@ def rsvd(A: ArrayT, rank: int, *, oversample: int = 10, power_iters: int = 2, sk
     for a non-2-D ``A``, ``rank`` ≤ 0 or > min(m, n), or a negative ``oversample`` or
     ``power_iters``; ``TypeError`` for non-integers or arrays of an unsupported framework.
     """
-    m, n = _shape(A)
-    rank = _check_int(rank, "rank", 1)
-    if rank > min(m, n):
-        raise ValueError(f"rsvd: rank: expected at most min(m, n) = {min(m, n)}, got {rank}")
+    m, n, rank = _sized(A, rank, "rank")
     oversample = _check_int(oversample, "oversample", 0)
     ops = _Ops(A)
     Q = rangefinder(A, min(rank + oversample, m, n), power_iters=power_iters, sketch=sketch, seed=seed)

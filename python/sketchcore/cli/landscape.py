@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 import sketchcore
+from sketchcore.cli._args import add_layer_shape, positive
 from sketchcore.cli._progress import Progress
 
 SPECTRA: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -22,27 +23,17 @@ SPECTRA: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 PLOT_HINT = "--plot needs matplotlib: pip install 'sketchcore[plot]' (or pip install matplotlib)"
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sketchcore landscape",
                                 description="Sweep num_terms × rank for one sketched layer (see module docs).")
-    p.add_argument("--in", dest="d_in", type=_positive, default=None, help="input features (default 1024; quick 256)")
-    p.add_argument("--out", dest="d_out", type=_positive, default=None, help="output features (default = --in)")
-    p.add_argument("--batch", type=_positive, default=None, help="rows of x (default 1024; quick 256)")
-    p.add_argument("--terms", type=_positive, nargs="+", default=None, help="num_terms values (default 1 2 4 8)")
-    p.add_argument("--ranks", type=_positive, nargs="+", default=None, help="rank values (default 8 16 32 64)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    add_layer_shape(p, (1024, 256), (1024, 256))
+    p.add_argument("--terms", type=positive, nargs="+", default=None, help="num_terms values (default 1 2 4 8)")
+    p.add_argument("--ranks", type=positive, nargs="+", default=None, help="rank values (default 8 16 32 64)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backward", action="store_true", help="also time the backward")
     p.add_argument("--spectrum", choices=sorted(SPECTRA), default="sqrt",
                    help="singular values of the reference dense layer whose conversion error is reported")
-    p.add_argument("--repeats", type=_positive, default=5, help="timed calls per measurement (median)")
+    p.add_argument("--repeats", type=positive, default=5, help="timed calls per measurement (median)")
     p.add_argument("--quick", action="store_true", help="a small sweep (256 features, 3 × 3 configurations)")
     p.add_argument("--json", metavar="FILE", help="write one record per configuration")
     p.add_argument("--csv", metavar="FILE", help="write one row per configuration")

@@ -9,24 +9,15 @@ import argparse
 import numpy as np
 
 import sketchcore
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
-    return value
+from sketchcore.cli._args import add_layer_shape, positive
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sketchcore memory",
                                 description="Memory breakdown of a sketched layer vs the dense one (MiB).")
-    p.add_argument("--in", dest="d_in", type=_positive, default=None, help="input features (default 4096; quick 1024)")
-    p.add_argument("--out", dest="d_out", type=_positive, default=None, help="output features (default = --in)")
-    p.add_argument("--batch", type=_positive, default=None, help="rows of x (default 4096; quick 1024)")
-    p.add_argument("--terms", type=_positive, default=None, help="num_terms T (default 2)")
-    p.add_argument("--rank", type=_positive, default=None, help="rank k per term (default 64; quick 32)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    add_layer_shape(p, (4096, 1024), (4096, 1024))
+    p.add_argument("--terms", type=positive, default=None, help="num_terms T (default 2)")
+    p.add_argument("--rank", type=positive, default=None, help="rank k per term (default 64; quick 32)")
     p.add_argument("--quick", action="store_true", help="small defaults (runs in about a second)")
     return p
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch import _factors
 from sketchcore.torch._functional import _ACTIVATIONS, sketched_linear
-from sketchcore.torch._modules import _check_saved_shape
+from sketchcore.torch._modules import _check_saved_shape, dense_copy
 
 
 def _positive_int(value: object, name: str, where: str) -> int:
@@ -84,13 +84,7 @@ class LowRankLinear(nn.Module):
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
-        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                           dtype=self.S.dtype, device=self.S.device)
-        with torch.no_grad():
-            linear.weight.copy_(self.weight)
-            if self.bias is not None:
-                linear.bias.copy_(self.bias)
-        return linear
+        return dense_copy(self, self.S)
 
     def forward(self, x: Tensor) -> Tensor:
         return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)

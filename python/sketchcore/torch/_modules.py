@@ -18,6 +18,17 @@ def _positive_int(value, name: str) -> int:
     return value
 
 
+def dense_copy(layer: Any, reference: Tensor) -> nn.Linear:
+    """An ``nn.Linear`` with ``layer.weight`` and ``layer.bias``, of ``reference``'s dtype and device."""
+    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, dtype=reference.dtype,
+                       device=reference.device)
+    with torch.no_grad():
+        linear.weight.copy_(layer.weight)
+        if layer.bias is not None:
+            linear.bias.copy_(layer.bias)
+    return linear
+
+
 def _check_saved_shape(layer: nn.Module, state: Any, keys: tuple[str, ...]) -> None:
     """Raises ValueError naming the layer when a saved configuration does not fit it."""
     mine = layer.get_extra_state()
@@ -145,13 +156,7 @@ class SKLinear(nn.Module):
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
-        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                           dtype=self.S1s.dtype, device=self.S1s.device)
-        with torch.no_grad():
-            linear.weight.copy_(self.weight)
-            if self.bias is not None:
-                linear.bias.copy_(self.bias)
-        return linear
+        return dense_copy(self, self.S1s)
 
     def get_extra_state(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict so that ``restore_model`` can rebuild the
