@@ -75,9 +75,13 @@ class _Arrays:
         return int(stats["peak_bytes"])
 
     def time(self, fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
-        """Median and spread (max − min) of `repeats` calls after two warm-up calls."""
-        for _ in range(2):
+        """Median and spread (max − min) of `repeats` calls after a warm-up of at least two calls
+        and 0.2 s (another library's BLAS threads may still be spinning from the previous
+        measurement and steal the cores for a moment)."""
+        start, warm = time.perf_counter(), 0
+        while warm < 2 or time.perf_counter() - start < 0.2:
             fn()
+            warm += 1
         self.sync()
         times = []
         for _ in range(repeats):
