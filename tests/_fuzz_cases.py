@@ -64,7 +64,7 @@ def _reference(x, S, U, bias, activation, scale):
 
 
 def _close(result, expected, dtype):
-    tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
+    tol = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-4}.get(np.dtype(dtype), 1e-10)
     result = np.asarray(result, np.float64)
     if result.shape != expected.shape:
         return False
@@ -77,9 +77,9 @@ def matmul_case(rng):
     valid = True
     notes = []
     dtype = np.float32 if _maybe(rng, 0.5) else np.float64
-    if _maybe(rng, 0.08):
+    if _maybe(rng, 0.1):
         dtype = rng.choice([np.float16, np.int32, np.complex64])
-        valid = False
+        valid = np.dtype(dtype) == np.float16  # computed in float32, rounded to float16
         notes.append(f"dtype {np.dtype(dtype)}")
     lead = tuple(int(v) for v in rng.integers(0, 4, rng.integers(0, 3)))
     d_in, k, d_out, T = (int(v) for v in (rng.integers(0, 7), rng.integers(0, 4), rng.integers(0, 6),

@@ -300,11 +300,17 @@ def test_non_contiguous_inputs_and_leading_dims():
     torch.testing.assert_close(layer(x), ref, rtol=1e-12, atol=1e-12)
 
 
-def test_autocast_runs_in_float32():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_autocast_follows_the_region_dtype(dtype):
     layer = sct.SKLinear(8, 5, 1, 2)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = layer(torch.randn(4, 8, dtype=torch.bfloat16))
-    assert y.dtype == torch.float32
+    x = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=dtype):
+        y = layer(x)
+    assert y.dtype == dtype
+    expected = panther_reference(x.double(), layer.S1s.double(), layer.S2s.double(), layer.U1s.double(),
+                                 layer.U2s.double(), layer.bias.double())
+    error = torch.linalg.norm(y.double() - expected) / torch.linalg.norm(expected)
+    assert error <= (2e-2 if dtype == torch.bfloat16 else 5e-3)
 
 
 @pytest.mark.parametrize("op", ["sketched_linear", "sklinear"])
@@ -352,9 +358,14 @@ def test_bad_arguments(kwargs, fragment):
     assert fragment in str(info.value)
 
 
-def test_warns_when_larger_than_the_dense_layer():
-    with pytest.warns(UserWarning, match="more than the dense layer"):
-        sct.SKLinear(8, 8, 4, 4)
+def test_warns_like_panther_when_larger_than_the_dense_layer():
+    with pytest.warns(UserWarning) as record:
+        sct.SKLinear(32, 16, 1, 6)  # 2·1·6·48 = 576 > 512: Panther warns, with its own text
+    assert [str(w.message).startswith(sct.SKLinear.WARNING_MSG_FC) for w in record] == [True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sct.SKLinear(32, 16, 1, 5)  # 480 ≤ 512: silent, as in Panther
+    assert "{}" in sct.SKLinear.WARNING_MSG_TC and "{}" in sct.SKLinear.WARNING_MSG_BATCH
 
 
 def _ddp_worker(rank, world, path, results):

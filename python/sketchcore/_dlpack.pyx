@@ -43,8 +43,7 @@ cdef DType _to_dtype(DLDataType t, str name) except *:
                 return DType.float16
         elif t.code == SC_DL_BFLOAT and t.bits == 16:
             return DType.bfloat16
-    raise TypeError(f"{name}: expected a floating-point array (float32 or float64; float16 and bfloat16 "
-                    f"on a CUDA device), "
+    raise TypeError(f"{name}: expected a floating-point array (float16, bfloat16, float32 or float64), "
                     f"got dtype {_describe_dtype(t.code, t.bits, t.lanes)}")
 
 

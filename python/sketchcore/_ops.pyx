@@ -112,8 +112,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     ----------
     x : array, shape (..., d_in)
         Input with any number of leading dimensions. Any DLPack producer (NumPy, PyTorch,
-        CuPy, ...); float32 or float64, and on a CUDA device also float16 and bfloat16
-        (computed with float32 accumulation).
+        CuPy, ...); float16, bfloat16, float32 or float64 (the 16-bit types computed with
+        float32 accumulation, on the CPU and on CUDA devices).
     S : array, shape (d_in, k) or (T, d_in, k)
         Left factors, one per term.
     U : array, shape (k, d_out) or (T, k, d_out)

@@ -76,14 +76,6 @@ TEST(Errors, MixedDtypes) {
       [&] { run(f32({4, 8}), TensorView(d, DType::float64, {8, 2}), f32({2, 3}), f32({4, 3}, other)); },
       {"S", "float32", "float64"});
 }
-TEST(Errors, HalfPrecisionOnCpu) {
-  expect_error<sketchcore::dtype_error>(
-      [] {
-        run(TensorView(buf, DType::float16, {4, 8}), TensorView(buf, DType::float16, {8, 2}),
-            TensorView(buf, DType::float16, {2, 3}), TensorView(other, DType::float16, {4, 3}));
-      },
-      {"x", "float32 or float64", "float16"});
-}
 TEST(Errors, DifferentDevices) {
   const sketchcore::Device gpu{sketchcore::DeviceType::cuda, 0};
   expect_error<sketchcore::device_error>(

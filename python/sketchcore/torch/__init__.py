@@ -5,8 +5,8 @@ drop-in for Panther's sketched linear layer; ``LowRankLinear``; and model compre
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
 fullgraph=True)`` traces them without graph breaks, and they pass
-``torch.library.opcheck``. Under ``torch.autocast`` they compute in float32 on the CPU and
-in the region's dtype (float16 or bfloat16) on CUDA devices.
+``torch.library.opcheck``. Under ``torch.autocast`` they compute in the region's dtype
+(float16 or bfloat16; float32 accumulation) on the CPU and on CUDA devices.
 """
 from __future__ import annotations
 

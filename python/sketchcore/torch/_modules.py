@@ -52,9 +52,18 @@ class SKLinear(nn.Module):
 
     All 2T products run as one packed pair of GEMMs with fused bias, activation and
     dropout; inputs may have any leading shape and any strides (Panther's ``.view`` fails
-    on non-contiguous inputs). A warning is issued when the layer has more learnable
-    parameters than the dense layer it replaces.
+    on non-contiguous inputs). Panther's warning (``WARNING_MSG_FC``) is issued under Panther's
+    condition 2·T·k·(in + out) > in·out.
     """
+
+    #: Panther's warning texts, so that code filtering Panther's warnings works unchanged. Only
+    #: WARNING_MSG_FC is ever issued: sketchcore's CUDA GEMMs use tensor cores at any size and
+    #: batch, so the conditions of the other two never arise.
+    WARNING_MSG_TC = ("Tensor Core not utilized. Ensure 'in_features', 'out_features', "
+                      "and 'low_rank' are multiples of 16 (current: {}, {}, {}).")
+    WARNING_MSG_BATCH = "Batch size {} is not a multiple of 16. Tensor Core optimizations disabled."
+    WARNING_MSG_FC = ("The sketching layer uses more parameters than a fully connected layer. "
+                      "Consider reducing 'num_terms' or 'low_rank' for efficiency.")
 
     def __init__(self, in_features: int, out_features: int, num_terms: int, low_rank: int,
                  W_init: Optional[Tensor] = None, bias: bool = True, activation: Optional[str] = None,
@@ -75,9 +84,10 @@ class SKLinear(nn.Module):
         self.dropout = float(dropout)
         kwargs = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         T, k, n_in, n_out = self.num_terms, self.low_rank, self.in_features, self.out_features
-        if T * k * (n_in + n_out) > n_in * n_out:
-            warnings.warn(f"SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}) has {T * k * (n_in + n_out)} "
-                          f"learnable parameters, more than the dense layer's {n_in * n_out}", stacklevel=2)
+        if 2 * T * k * (n_in + n_out) > n_in * n_out:  # Panther's condition (factors and sketches counted)
+            warnings.warn(f"{self.WARNING_MSG_FC} (SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}): "
+                          f"2·T·k·(in + out) = {2 * T * k * (n_in + n_out)} > in·out = {n_in * n_out})",
+                          UserWarning, stacklevel=2)
         if W_init is None:
             W_init = torch.empty(n_out, n_in, **kwargs)
             nn.init.kaiming_uniform_(W_init, a=math.sqrt(5))  # nn.Linear's init; fan-in = in_features

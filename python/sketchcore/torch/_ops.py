@@ -99,7 +99,6 @@ def _backward(ctx, grad_y, grad_z):
 
 
 torch.library.register_autograd("sketchcore::sketched_linear", _backward, setup_context=_setup_context)
-torch.library.register_autocast("sketchcore::sketched_linear", "cpu", torch.float32)
 
 
 # --- Panther's layer: 1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b, as the terms of [S1s; U2s], [U1s; S2s] ----
@@ -180,11 +179,11 @@ def _sklinear_backward_rule(ctx, grad_y, grad_z):
 
 
 torch.library.register_autograd("sketchcore::sklinear", _sklinear_backward_rule, setup_context=_sklinear_setup_context)
-torch.library.register_autocast("sketchcore::sklinear", "cpu", torch.float32)
 
 
-# --- CUDA autocast: the device computes in float16/bfloat16 natively, so the operators follow
-# the autocast dtype of the region, as torch's own matmuls do (registered through _private).
+# --- Autocast: the operators follow the autocast dtype of the region (float16 or bfloat16, which
+# the CPU computes with float32 accumulation and CUDA natively), as torch's own matmuls do
+# (registered through _private).
 
 
 def _autocast_args(args: tuple, device_type: str, dtype: torch.dtype) -> tuple:
@@ -194,5 +193,6 @@ def _autocast_args(args: tuple, device_type: str, dtype: torch.dtype) -> tuple:
                  and a.device.type == device_type else a for a in args)
 
 
-_private.register_cuda_autocast("sketched_linear", _autocast_args)
-_private.register_cuda_autocast("sklinear", _autocast_args)
+for _name in ("sketched_linear", "sklinear"):
+    for _device in ("cpu", "cuda"):
+        _private.register_autocast(_name, _device, _autocast_args)

@@ -1,10 +1,11 @@
 """The one place where sketchcore uses private PyTorch APIs (``torch._C``), guarded: if a
-torch release renames them, CUDA autocast support is skipped with a warning and everything
-else keeps working.
+torch release renames them, autocast support is skipped with a warning and everything else
+keeps working.
 
 Why private APIs at all: ``torch.library.register_autocast`` fixes one dtype at registration,
-but on CUDA the operators should follow the autocast region's dtype (float16 or bfloat16), as
-torch's own matmuls do; that needs a kernel on the AutocastCUDA key that re-dispatches below it.
+but the operators should follow the autocast region's dtype (float16 or bfloat16, on the CPU
+and on CUDA), as torch's own matmuls do; that needs a kernel on the Autocast key that
+re-dispatches below it.
 """
 from __future__ import annotations
 
@@ -16,15 +17,21 @@ import torch
 _LIBRARY = torch.library.Library("sketchcore", "IMPL")
 
 
-def register_cuda_autocast(name: str, cast_args: Callable[[tuple[Any, ...], str, torch.dtype], tuple[Any, ...]]) -> bool:
-    """Registers an AutocastCUDA kernel for ``sketchcore::name`` that casts its arguments with
-    ``cast_args(args, "cuda", region_dtype)`` and calls the operator below autocast. Returns
-    False (after a warning) when this torch lacks the private APIs it needs."""
+_AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
+
+
+def register_autocast(name: str, device_type: str,
+                      cast_args: Callable[[tuple[Any, ...], str, torch.dtype], tuple[Any, ...]]) -> bool:
+    """Registers an Autocast kernel of ``device_type`` ("cpu" or "cuda") for
+    ``sketchcore::name`` that casts its arguments with ``cast_args(args, device_type,
+    region_dtype)`` and calls the operator below autocast. Returns False (after a warning) when
+    this torch lacks the private APIs it needs."""
+    key_name = _AUTOCAST_KEYS[device_type]
     try:
-        key = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+        key = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key_name))
         exclude = torch._C._ExcludeDispatchKeyGuard
     except AttributeError as e:  # pragma: no cover - depends on the torch release
-        warnings.warn(f"sketchcore: CUDA autocast for sketchcore::{name} is unavailable with torch "
+        warnings.warn(f"sketchcore: {device_type} autocast for sketchcore::{name} is unavailable with torch "
                       f"{torch.__version__} ({e}); the operator runs in its inputs' dtype", RuntimeWarning,
                       stacklevel=2)
         return False
@@ -32,7 +39,7 @@ def register_cuda_autocast(name: str, cast_args: Callable[[tuple[Any, ...], str,
 
     def kernel(_keyset: Any, *args: Any) -> Any:
         with exclude(key):
-            return overload(*cast_args(args, "cuda", torch.get_autocast_dtype("cuda")))
+            return overload(*cast_args(args, device_type, torch.get_autocast_dtype(device_type)))
 
-    _LIBRARY.impl(name, kernel, "AutocastCUDA", with_keyset=True)
+    _LIBRARY.impl(name, kernel, key_name, with_keyset=True)
     return True

@@ -1,22 +1,82 @@
-// The CPU backend: float32 and float64 on host memory, temporaries from the host pool.
+// The CPU backend: float32 and float64 computed directly on host memory; float16 and bfloat16
+// computed in float32 (operands widened into pooled copies, results rounded once into the
+// caller's arrays: cpu/half.hpp). Temporaries come from the host pool.
+#include <optional>
+
 #include "cpu/cpu_ops.hpp"
+#include "cpu/half.hpp"
 
 namespace sketchcore::detail {
 
 namespace {
 
+/// An optional view, widened when present.
+std::optional<Widened> widen(const std::optional<TensorView>& v) {
+  return v ? std::optional<Widened>(std::in_place, *v) : std::nullopt;
+}
+std::optional<Narrowed> narrow(const std::optional<TensorView>& v) {
+  return v ? std::optional<Narrowed>(std::in_place, *v) : std::nullopt;
+}
+
+void forward_in_float32(const SketchedMatmulProblem& p) {
+  const Widened x(p.x), S(p.S), U(p.U);
+  const std::optional<Widened> bias = widen(p.epilogue.bias);
+  const Narrowed out(p.out);
+  std::optional<Narrowed> z;
+  if (p.intermediate) z.emplace(*p.intermediate);
+  Epilogue epilogue = p.epilogue;
+  if (bias) epilogue.bias = bias->view();
+  SketchedMatmulProblem wide{x.view(), S.view(), U.view(), out.view(), epilogue, p.rows, p.d_in, p.terms, p.rank,
+                             p.d_out};
+  if (z) wide.intermediate = &z->view();
+  cpu_sketched_matmul(wide);
+  out.store();
+  if (z) z->store();
+}
+
+void backward_in_float32(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) {
+  const Widened x(p.x), S(p.S), U(p.U), grad_out(p.out), z(*p.intermediate);
+  const std::optional<Widened> bias = widen(p.epilogue.bias);
+  const std::optional<Narrowed> dx = narrow(g.x), dS = narrow(g.S), dU = narrow(g.U), dbias = narrow(g.bias);
+  Epilogue epilogue = p.epilogue;
+  if (bias) epilogue.bias = bias->view();
+  SketchedMatmulGradients wide_grads = g;
+  if (dx) wide_grads.x = dx->view();
+  if (dS) wide_grads.S = dS->view();
+  if (dU) wide_grads.U = dU->view();
+  if (dbias) wide_grads.bias = dbias->view();
+  SketchedMatmulProblem wide{x.view(), S.view(), U.view(), grad_out.view(), epilogue, p.rows, p.d_in, p.terms, p.rank,
+                             p.d_out};
+  wide.intermediate = &z.view();
+  cpu_sketched_matmul_backward(wide, wide_grads);
+  for (const auto* d : {&dx, &dS, &dU, &dbias}) {
+    if (*d) (*d)->store();
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
-  void sketched_matmul(const SketchedMatmulProblem& p) const override { cpu_sketched_matmul(p); }
+  void sketched_matmul(const SketchedMatmulProblem& p) const override {
+    if (is_half(p.x.dtype())) return forward_in_float32(p);
+    cpu_sketched_matmul(p);
+  }
   void sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) const override {
+    if (is_half(p.x.dtype())) return backward_in_float32(p, g);
     cpu_sketched_matmul_backward(p, g);
   }
   void sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0,
                        std::int64_t col0) const override {
-    cpu_sketch_to_dense(op, out, row0, col0);
+    const Narrowed wide(out);
+    cpu_sketch_to_dense(op, wide.view(), row0, col0);
+    wide.store();
   }
-  void sketch_apply(const SketchApplyProblem& p) const override { cpu_sketch_apply(p); }
-  bool supports(DType dtype) const noexcept override { return dtype == DType::float32 || dtype == DType::float64; }
+  void sketch_apply(const SketchApplyProblem& p) const override {
+    const Widened a(p.a);
+    const Narrowed out(p.out);
+    cpu_sketch_apply({p.op, a.view(), out.view(), p.side, p.transpose});
+    out.store();
+  }
+  bool supports(DType) const noexcept override { return true; }  // 16-bit types through float32
   int device_count() const noexcept override { return 1; }
   int runtime_version() const noexcept override { return 0; }
   MemoryStats memory_stats(int) const override { return default_host_pool().stats(); }

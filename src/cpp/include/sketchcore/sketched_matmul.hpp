@@ -17,8 +17,8 @@ namespace sketchcore {
 ///
 /// Accepted operands: `x` of shape (..., d_in) with at least one dimension, and either
 /// `S` (d_in, k) with `U` (k, d_out), or `S` (T, d_in, k) with `U` (T, k, d_out); all of the
-/// same dtype on the same device: float32 or float64 on the CPU; float16, bfloat16 (float32
-/// accumulation), float32 or float64 on a CUDA device.
+/// same dtype on the same device: float16, bfloat16 (float32 accumulation), float32 or float64,
+/// on the CPU or a CUDA device.
 /// @throws shape_error  for a wrong number of dimensions or a mismatching extent
 /// @throws dtype_error  for an unsupported or mismatching element type
 /// @throws device_error for operands on different devices

@@ -11,8 +11,8 @@
 
 namespace sketchcore {
 
-/// Element type of a tensor. The CPU backend computes in float32 and float64; the 16-bit
-/// types are reserved for the CUDA backend.
+/// Element type of a tensor. Every backend takes all four; the 16-bit types are computed
+/// with float32 accumulation (on the CPU through float32 copies of the operands).
 enum class DType : std::uint8_t {
   float16,   ///< IEEE 754 binary16
   bfloat16,  ///< bfloat16 (8-bit exponent, 7-bit mantissa)

@@ -1,0 +1,85 @@
+"""float16 and bfloat16 on the CPU (NumPy float16, torch bfloat16/float16): computed in float32
+and rounded once into the input dtype — bit-for-bit what float32 arithmetic followed by a
+round-to-nearest-even cast gives — for the forward, the backward, sketches and torch modules."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sketchcore
+
+TOLERANCE = {np.dtype(np.float16): 5e-3}
+
+
+def test_every_float16_value_survives_an_identity_product():
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(-1, 1)
+    one = np.ones((1, 1), np.float16)
+    y = sketchcore.sketched_matmul(x, one, one)
+    assert y.dtype == np.float16
+    finite = np.isfinite(x) & (x != 0)  # ±0: a GEMM sums from +0, so −0 comes back as +0
+    np.testing.assert_array_equal(y[finite].view(np.uint16), x[finite].view(np.uint16))
+    assert np.all(y[x == 0] == 0)
+    assert np.all(np.isnan(y[np.isnan(x)])) and np.array_equal(y[np.isinf(x)], x[np.isinf(x)])
+
+
+def test_rounding_is_float32_arithmetic_then_round_to_nearest_even(rng):
+    x = rng.standard_normal((4096, 1)).astype(np.float16)
+    S, U = np.array([[1.7]], np.float16), np.array([[-0.3]], np.float16)
+    y = sketchcore.sketched_matmul(x, S, U, scale=1.5)
+    expected = ((x.astype(np.float32) @ S.astype(np.float32)) @ U.astype(np.float32) * np.float32(1.5))
+    np.testing.assert_array_equal(y.view(np.uint16), expected.astype(np.float16).view(np.uint16))
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(0, 40), d_in=st.integers(1, 30), k=st.integers(1, 6), d_out=st.integers(1, 20),
+       terms=st.integers(1, 3), activation=st.sampled_from(sketchcore.ACTIVATIONS), seed=st.integers(0, 2**32 - 1))
+def test_float16_forward_and_backward_against_float64(rows, d_in, k, d_out, terms, activation, seed):
+    rng = np.random.default_rng(seed)
+    draw = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[-2] if len(shape) > 1 else 1)).astype(np.float16)  # noqa: E731
+    x, S, U, b = draw(rows, d_in), draw(terms, d_in, k), draw(terms, k, d_out), draw(d_out)
+    z = np.empty((rows, terms * k), np.float16)
+    y = sketchcore.sketched_matmul(x, S, U, bias=b, activation=activation, intermediate=z)
+    assert y.dtype == np.float16 and z.dtype == np.float16
+    z64 = np.empty((rows, terms * k))
+    args64 = [a.astype(np.float64) for a in (x, S, U)]
+    y64 = sketchcore.sketched_matmul(*args64, bias=b.astype(np.float64), activation=activation, intermediate=z64)
+    scale = max(np.linalg.norm(y64), 1e-3 * np.sqrt(y64.size) + 1e-300)
+    assert np.linalg.norm(y.astype(np.float64) - y64) <= TOLERANCE[y.dtype] * scale
+    g = draw(rows, d_out)
+    grads = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=b, activation=activation)
+    grads64 = sketchcore.sketched_matmul_backward(g.astype(np.float64), *args64, z.astype(np.float64),
+                                                  bias=b.astype(np.float64), activation=activation)
+    for got, want in zip(grads, grads64):
+        assert got.dtype == np.float16
+        tolerance = 2e-2 if activation != "none" else 5e-3  # act′ is evaluated at the float16-rounded Z
+        assert np.linalg.norm(got.astype(np.float64) - want) <= tolerance * max(np.linalg.norm(want), 1e-2)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "sparse_sign", "srht"])
+def test_sketches_take_float16(rng, kind):
+    op = getattr(sketchcore.sketch, kind)(16, 64, seed=5)
+    A = rng.standard_normal((64, 7)).astype(np.float16)
+    Y = op @ A
+    assert Y.dtype == np.float16
+    expected = op.to_dense() @ A.astype(np.float64)
+    assert np.linalg.norm(Y.astype(np.float64) - expected) <= 5e-3 * np.linalg.norm(expected)
+    dense16 = op.to_dense(dtype=np.float16)
+    np.testing.assert_array_equal(dense16, op.to_dense(dtype=np.float32).astype(np.float16))
+
+
+def test_torch_bfloat16_and_half_models_on_the_cpu():
+    torch = pytest.importorskip("torch")
+    from sketchcore.torch import LowRankLinear, SKLinear
+    torch.manual_seed(0)
+    for dtype, tolerance in ((torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+        layer = SKLinear(32, 16, 2, 4)
+        x = torch.randn(8, 32)
+        expected = layer(x.double().float()).double()
+        low = layer.to(dtype)
+        y = low(x.to(dtype))
+        assert y.dtype == dtype
+        assert float(torch.linalg.norm(y.double() - expected) / torch.linalg.norm(expected)) <= tolerance * 2
+        y.float().sum().backward()
+        assert layer.S1s.grad is not None and layer.S1s.grad.dtype == dtype
+        lr = LowRankLinear(32, 16, 4, dtype=dtype)
+        assert lr(x.to(dtype)).dtype == dtype
