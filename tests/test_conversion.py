@@ -75,7 +75,7 @@ def test_sklinear_weight_and_to_linear_reproduce_the_layer(gen):
 
 
 def test_init_is_checked():
-    with pytest.raises(ValueError, match="SKLinear: init: expected 'panther' or 'svd', got 'qr'"):
+    with pytest.raises(ValueError, match="SKLinear: init: expected 'panther', 'svd' or 'linear', got 'qr'"):
         sct.SKLinear(8, 8, 1, 2, init="qr")
 
 

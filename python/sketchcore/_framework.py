@@ -32,6 +32,15 @@ def empty_like(x: Any, shape: tuple[int, ...], dtype: Any = None, dlpack_dtype: 
     return numpy.from_dlpack(DLPackBuffer(shape, dlpack_dtype))
 
 
+def check_writable_framework(out: Any, op: str) -> None:
+    """Refuses ``out=`` arrays of frameworks whose arrays are immutable (JAX): DLPack does not
+    flag them read-only, and writing into one would break JAX's semantics silently."""
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(out, jax.Array):
+        raise TypeError(f"{op}: out: expected a mutable array (NumPy, torch, CuPy, ...), got a JAX array: JAX arrays "
+                        "are immutable; omit out= and use the returned array")
+
+
 def concatenate(a: Any, b: Any) -> Any:
     """[a; b] along the first axis, in the arrays' own framework."""
     torch = sys.modules.get("torch")

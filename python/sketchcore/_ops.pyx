@@ -179,6 +179,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
         ot = _import(out, "out", True, stream)
     else:
+        if type(out) is not _numpy_ndarray:
+            _framework.check_writable_framework(out, "sketched_matmul")
         ot = _import(out, "out", True, stream)
         if ot.read_only:
             raise ValueError("sketched_matmul: out: expected a writable array, got a read-only one")

@@ -8,6 +8,7 @@ from sketchcore._dlpack cimport ImportedTensor
 from sketchcore._ops cimport _enter_cuda, _import, _stream_of
 from sketchcore._sketchcore cimport Side, SketchOperator
 
+from sketchcore import _framework
 from sketchcore._ops import _empty_like
 
 
@@ -30,6 +31,7 @@ def validate(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint sc
 def to_dense(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scaled, out,
              int64_t row0=0, int64_t col0=0):
     cdef SketchOperator op = _operator(kind, m, n, seed, nnz, scaled)
+    _framework.check_writable_framework(out, "sketch.to_dense")
     stream = _stream_of(out)
     cdef ImportedTensor ot = _import(out, "out", True, stream)
     if ot.read_only:
@@ -50,6 +52,8 @@ def apply(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scale
     cdef ImportedTensor ot
     if out is None:
         out = _empty_like(a, tuple(shape), core.dtype_name(at.view.dtype()).decode())
+    else:
+        _framework.check_writable_framework(out, "sketch.apply")
     ot = _import(out, "out", True, stream)
     if ot.read_only:
         raise ValueError("sketch.apply: out: expected a writable array, got a read-only one")

@@ -25,8 +25,8 @@ def _dropout_seed(seed: Optional[Tensor], dropout_p: float) -> Tensor:
     if seed is not None:
         return seed
     if dropout_p > 0:
-        return torch.randint(0, 2**62, (), dtype=torch.int64)
-    return torch.zeros((), dtype=torch.int64)
+        return torch.randint(0, 4611686018427387904, [1], dtype=torch.int64).reshape([])  # 2**62 (an int in TorchScript)
+    return torch.zeros([], dtype=torch.int64)
 
 
 def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor] = None, *,

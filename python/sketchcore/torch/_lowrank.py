@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch._functional import _ACTIVATIONS, sketched_linear
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed
 from sketchcore.torch._modules import _check_saved_shape, dense_copy
 
 
@@ -76,6 +76,8 @@ class LowRankLinear(nn.Module):
                 layer.bias.copy_(linear.bias)
         return layer
 
+    __jit_unused_properties__ = ["weight"]  # TorchScript compiles forward only
+
     @property
     def weight(self) -> Tensor:
         """The dense equivalent (out, in), as ``nn.Linear.weight``: computed on each access
@@ -87,7 +89,9 @@ class LowRankLinear(nn.Module):
         return dense_copy(self, self.S)
 
     def forward(self, x: Tensor) -> Tensor:
-        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)
+        y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, 0.0,
+                                                    _dropout_seed(None, 0.0))
+        return y
 
     def get_extra_state(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict so that ``restore_model`` can rebuild the

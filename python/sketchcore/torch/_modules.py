@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch._functional import _ACTIVATIONS, sklinear
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed
 from sketchcore.torch._ops import _joined_in_place
 
 def _positive_int(value, name: str) -> int:
@@ -45,10 +45,15 @@ class SKLinear(nn.Module):
 
     with learnable ``S1s`` (T, in, k), ``S2s`` (T, k, out) and ``bias``, and fixed buffers
     ``U1s`` (T, k, out), ``U2s`` (T, in, k) with entries ±1/√k (drawn with torch's RNG).
-    Initialised from a dense weight W (``W_init``, shape (out, in) as in ``nn.Linear``):
-    ``S1_t = Wᵀ U1_tᵀ``, ``S2_t = U2_tᵀ Wᵀ``. Without ``W_init``, W is drawn like
-    ``nn.Linear``'s weight with fan-in = in_features; Panther computes this fan-in on the
-    wrong axis (out_features), which sketchcore does not reproduce.
+    ``init`` chooses the initialisation. ``"panther"`` (the default, for drop-in): from a dense
+    weight W (``W_init``, shape (out, in) as in ``nn.Linear``), ``S1_t = Wᵀ U1_tᵀ``,
+    ``S2_t = U2_tᵀ Wᵀ``; without ``W_init``, W is drawn like ``nn.Linear``'s weight with fan-in
+    = in_features (Panther computes it on the wrong axis, which sketchcore does not reproduce).
+    Its output has √(1 + (out − 1)/(2Tk)) times ``nn.Linear``'s scale, and as a conversion it is
+    worse than outputting zero. ``"svd"``: U1s/U2s from singular subspaces of W, so the layer
+    starts as W's best rank-2Tk approximation (the default of :meth:`from_linear`).
+    ``"linear"`` (training from scratch, no ``W_init``): S1s and S2s drawn so that the output
+    variance equals ``nn.Linear``'s.
 
     All 2T products run as one packed pair of GEMMs with fused bias, activation and
     dropout; inputs may have any leading shape and any strides (Panther's ``.view`` fails
@@ -69,8 +74,8 @@ class SKLinear(nn.Module):
                  W_init: Optional[Tensor] = None, bias: bool = True, activation: Optional[str] = None,
                  dropout: float = 0.0, dtype=None, device=None, init: str = "panther"):
         super().__init__()
-        if init not in ("panther", "svd"):
-            raise ValueError(f"SKLinear: init: expected 'panther' or 'svd', got {init!r}")
+        if init not in ("panther", "svd", "linear"):
+            raise ValueError(f"SKLinear: init: expected 'panther', 'svd' or 'linear', got {init!r}")
         self.init = init
         self.in_features = _positive_int(in_features, "in_features")
         self.out_features = _positive_int(out_features, "out_features")
@@ -88,6 +93,9 @@ class SKLinear(nn.Module):
             warnings.warn(f"{self.WARNING_MSG_FC} (SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}): "
                           f"2·T·k·(in + out) = {2 * T * k * (n_in + n_out)} > in·out = {n_in * n_out})",
                           UserWarning, stacklevel=2)
+        if init == "linear" and W_init is not None:
+            raise ValueError("SKLinear: init: 'linear' draws the factors for training from scratch; with W_init use "
+                             "'svd' (accurate) or 'panther'")
         if W_init is None:
             W_init = torch.empty(n_out, n_in, **kwargs)
             nn.init.kaiming_uniform_(W_init, a=math.sqrt(5))  # nn.Linear's init; fan-in = in_features
@@ -99,13 +107,18 @@ class SKLinear(nn.Module):
             self.register_buffer("U1s", U1s)
             self.register_buffer("U2s", U2s)
             self.S1s, self.S2s = nn.Parameter(S1s), nn.Parameter(S2s)
-        else:  # Panther's: random signs, S1_t = W U1_tᵀ, S2_t = U2_tᵀ W (unbiased, not accurate)
+        else:  # random signs ±1/√k for the fixed factors, as Panther
             sign = 1.0 / math.sqrt(k)
             self.register_buffer("U1s", (torch.randint(0, 2, (T, k, n_out), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
             self.register_buffer("U2s", (torch.randint(0, 2, (T, n_in, k), device=device) * 2 - 1).to(kwargs["dtype"]) * sign)
-            W = W_init.detach().to(**kwargs).t()  # (in, out)
-            self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
-            self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
+            if init == "linear":  # Var(y) = in·σ²/(2T) = 1/3 = nn.Linear's, for σ² = 2T/(3·in)
+                bound = math.sqrt(2 * T / n_in)
+                self.S1s = nn.Parameter(torch.empty(T, n_in, k, **kwargs).uniform_(-bound, bound))
+                self.S2s = nn.Parameter(torch.empty(T, k, n_out, **kwargs).uniform_(-bound, bound))
+            else:  # Panther's: S1_t = W U1_tᵀ, S2_t = U2_tᵀ W (unbiased, not accurate; gain √(1 + (out−1)/(2Tk)))
+                W = W_init.detach().to(**kwargs).t()  # (in, out)
+                self.S1s = nn.Parameter(torch.stack([W @ self.U1s[t].t() for t in range(T)]))
+                self.S2s = nn.Parameter(torch.stack([self.U2s[t].t() @ W for t in range(T)]))
         self._pack_factors()
         if bias:
             bound = 1 / math.sqrt(n_in)
@@ -152,9 +165,13 @@ class SKLinear(nn.Module):
         return result
 
     def forward(self, x: Tensor) -> Tensor:
+        # The operator directly (the factors are consistent by construction): scriptable by TorchScript.
         p = self.dropout if self.training else 0.0
-        return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
-                        dropout_p=p)
+        y, _ = torch.ops.sketchcore.sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, p,
+                                             _dropout_seed(None, p))
+        return y
+
+    __jit_unused_properties__ = ["weight"]  # TorchScript compiles forward only
 
     @property
     def weight(self) -> Tensor:

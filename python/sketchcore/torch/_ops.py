@@ -10,7 +10,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch import _private
+from sketchcore.torch import _private, _second_order
 
 def _seed_value(seed: Tensor, dropout_p: float) -> Optional[int]:
     return int(seed.item()) if dropout_p > 0 else None
@@ -92,6 +92,10 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_y, grad_z):
     x, S, U, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:4])
+    if torch.is_grad_enabled():  # the backward is being recorded (create_graph=True): second order
+        forward = lambda x, S, U, b: _second_order.composite(  # noqa: E731
+            x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed)
+        return (*_second_order.gradients((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
     dx, dS, dU, db = torch.ops.sketchcore.sketched_linear_backward(
         grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs)
     pick = [g if wanted else None for g, wanted in zip((dx, dS, dU, db), needs)]
@@ -173,6 +177,12 @@ def _sklinear_setup_context(ctx, inputs, output):
 def _sklinear_backward_rule(ctx, grad_y, grad_z):
     x, S1s, S2s, U1s, U2s, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:6])
+    if torch.is_grad_enabled():  # second order: Panther's layer as the terms of [S1s; U2s], [U1s; S2s]
+        T = S1s.shape[0]
+        forward = lambda x, S1, S2, U1, U2, b: _second_order.composite(  # noqa: E731
+            x, torch.cat([S1, U2]), torch.cat([U1, S2]), b, ctx.activation, 1.0 / (2 * T), ctx.dropout_p, seed)
+        grads = _second_order.gradients((x, S1s, S2s, U1s, U2s, bias), needs, grad_y, forward)
+        return (*grads, None, None, None)
     grads = torch.ops.sketchcore.sklinear_backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation,
                                                    ctx.dropout_p, seed, needs)
     return (*[g if wanted else None for g, wanted in zip(grads, needs)], None, None, None)

@@ -1,0 +1,60 @@
+"""Second-order autograd. When a backward is itself recorded (``create_graph=True``: gradient
+penalties, Hessian-vector products, double backward), the operators' gradients come from a
+differentiable composite of torch ops — the same function, ``dropout(act(scale·(x Sp) Up +
+b))``, with the core's dropout mask — instead of the fused core backward, whose outputs torch
+could not differentiate again. First-order training never takes this path."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import sketchcore
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "none": lambda z: z,
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def _dropout_scale(x: Tensor, d_out: int, dropout_p: float, seed: Tensor) -> Optional[Tensor]:
+    """The core's dropout mask times 1/(1 − p) (0 where dropped), for output shape
+    x.shape[:-1] + (d_out,): the core applied to all-ones operands with the same seed."""
+    if dropout_p == 0:
+        return None
+    ones = x.detach().new_ones((*x.shape[:-1], 1))
+    return sketchcore.sketched_matmul(ones, ones.new_ones(1, 1), ones.new_ones(1, d_out), dropout_p=dropout_p,
+                                      seed=int(seed.item()))
+
+
+def composite(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
+              dropout_p: float, seed: Tensor) -> Tensor:
+    """``dropout(act(scale · Σ_t (x S_t) U_t + bias))`` in differentiable torch ops."""
+    Sp = S if S.dim() == 2 else S.permute(1, 0, 2).reshape(S.shape[1], -1)  # [S_1 … S_T]
+    Up = U if U.dim() == 2 else U.reshape(-1, U.shape[-1])                   # [U_1; …; U_T]
+    y = (x @ Sp) @ Up * scale
+    if bias is not None:
+        y = y + bias
+    y = _ACTIVATIONS[activation](y)
+    mask = _dropout_scale(x, Up.shape[-1], dropout_p, seed)
+    return y if mask is None else y * mask
+
+
+def gradients(inputs: tuple[Optional[Tensor], ...], needs: list[bool], grad_y: Tensor,
+              forward: Callable[..., Tensor]) -> list[Optional[Tensor]]:
+    """d⟨grad_y, forward(*inputs)⟩ / d inputs[i] for the needed inputs, as differentiable
+    tensors (None elsewhere)."""
+    wanted = [t for t, need in zip(inputs, needs) if need and t is not None]
+    with torch.enable_grad():
+        y = forward(*inputs)
+        computed = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True, allow_unused=True))
+    result: list[Optional[Tensor]] = []
+    for t, need in zip(inputs, needs):
+        g = next(computed) if need and t is not None else None
+        result.append(torch.zeros_like(t) if g is None and need and t is not None else g)
+    return result
