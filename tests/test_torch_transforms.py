@@ -112,3 +112,65 @@ def test_jax_out_is_refused_not_mutated():
     assert float(jnp.abs(out).sum()) == 0.0
     y = sketchcore.sketched_matmul(jnp.asarray(x), jnp.asarray(S), jnp.asarray(U))  # without out=: a new array
     np.testing.assert_allclose(np.asarray(y), x @ S @ U)
+
+
+def _problem(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((4, 6), (2, 6, 3), (2, 3, 5), (5,)))
+
+
+def _dense(x, S, U, b, activation):
+    z = (x @ S.permute(1, 0, 2).reshape(S.shape[1], -1)) @ U.reshape(-1, U.shape[-1]) + b
+    return {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu, "none": lambda z: z}[activation](z)
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu", "silu"])
+def test_torch_func_grad_vjp_jacrev_jacfwd_hessian(activation):
+    x, S, U, b = _problem()
+
+    def f(x, S, U):
+        return sct.sketched_linear(x, S, U, b, activation=activation)
+
+    grads = torch.func.grad(lambda x, S, U: f(x, S, U).sum(), argnums=(0, 1, 2))(x, S, U)
+    reference = torch.func.grad(lambda x, S, U: _dense(x, S, U, b, activation).sum(), argnums=(0, 1, 2))(x, S, U)
+    for got, want in zip(grads, reference):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    cotangent = torch.randn(4, 5, dtype=torch.float64)
+    (vx,) = torch.func.vjp(lambda x: f(x, S, U), x)[1](cotangent)
+    torch.testing.assert_close(vx, torch.func.vjp(lambda x: _dense(x, S, U, b, activation), x)[1](cotangent)[0])
+    row = x[0]
+    for transform in (torch.func.jacrev, torch.func.jacfwd):
+        torch.testing.assert_close(transform(lambda r: f(r, S, U))(row),
+                                   transform(lambda r: _dense(r, S, U, b, activation))(row))
+    torch.testing.assert_close(torch.func.hessian(lambda r: f(r, S, U).sum())(row),
+                               torch.func.hessian(lambda r: _dense(r, S, U, b, activation).sum())(row))
+
+
+def test_vmap_has_batching_rules_and_matches_a_loop():
+    x, S, U, b = _problem(1)
+    xs = torch.randn(3, 4, 6, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "performance drop" fallback warning
+        batched = torch.func.vmap(lambda x: sct.sketched_linear(x, S, U, b))(xs)
+        per_factor = torch.func.vmap(lambda S: sct.sketched_linear(x, S, U, b))(torch.stack([S, 2 * S]))
+        seed = torch.tensor(5)
+        dropped = torch.func.vmap(lambda x: sct.sketched_linear(x, S, U, b, dropout_p=0.5, seed=seed))(xs)
+    torch.testing.assert_close(batched, torch.stack([sct.sketched_linear(xi, S, U, b) for xi in xs]))
+    torch.testing.assert_close(per_factor[1], sct.sketched_linear(x, 2 * S, U, b))
+    # vmap means "each element on its own": the same seed gives each element the mask it gets alone.
+    torch.testing.assert_close(dropped, torch.stack([sct.sketched_linear(xi, S, U, b, dropout_p=0.5, seed=seed)
+                                                     for xi in xs]))
+
+
+@pytest.mark.parametrize("module", ["SKLinear", "LowRankLinear"])
+def test_functional_call_gradients_of_modules(module):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = (sct.SKLinear(6, 5, 1, 2, dtype=torch.float64) if module == "SKLinear"
+                 else sct.LowRankLinear(6, 5, 2, dtype=torch.float64))
+    x = torch.randn(4, 6, dtype=torch.float64)
+    grads = torch.func.grad(lambda p: torch.func.functional_call(layer, p, (x,)).pow(2).sum())(
+        dict(layer.named_parameters()))
+    layer(x).pow(2).sum().backward()
+    for name, parameter in layer.named_parameters():
+        torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-10, atol=1e-12)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch import _ops  # noqa: F401 - registers the operators
+from sketchcore.torch import _functorch, _ops  # noqa: F401 - _ops registers the operators
 
 _ACTIVATIONS = sketchcore.ACTIVATIONS
 
@@ -48,8 +48,11 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     if U2s.shape != S1s.shape or U1s.shape != S2s.shape:
         raise ValueError(f"sklinear: expected U2s shaped like S1s {tuple(S1s.shape)} and U1s like S2s "
                          f"{tuple(S2s.shape)}, got {tuple(U2s.shape)} and {tuple(U1s.shape)}")
-    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p),
-                                         _dropout_seed(seed, dropout_p))
+    seed = _dropout_seed(seed, dropout_p)
+    if _functorch.transforms_active():  # torch.func: the packed factors as one differentiable call
+        return _functorch.SketchedLinearFunction.apply(x, torch.cat([S1s, U2s]), torch.cat([U1s, S2s]), bias,
+                                                       activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p), seed)
+    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
     return y
 
 
@@ -61,6 +64,8 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
     """
     _checked_activation(activation, "sketched_linear")
-    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                                _dropout_seed(seed, dropout_p))
+    seed = _dropout_seed(seed, dropout_p)
+    if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
+        return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
     return y

@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed
+from sketchcore.torch import _functorch
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sketched_linear
 from sketchcore.torch._modules import _check_saved_shape, dense_copy
 
 
@@ -88,7 +89,19 @@ class LowRankLinear(nn.Module):
         """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
         return dense_copy(self, self.S)
 
+    @torch.jit.unused
+    def _under_torch_func(self, x: Tensor) -> Optional[Tensor]:
+        """The forward through the torch.func path while a transform is active, else None
+        (never compiled by TorchScript)."""
+        if not _functorch.transforms_active():
+            return None
+        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)
+
     def forward(self, x: Tensor) -> Tensor:
+        if not torch.jit.is_scripting():
+            transformed = self._under_torch_func(x)
+            if transformed is not None:
+                return transformed
         y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, 0.0,
                                                     _dropout_seed(None, 0.0))
         return y

@@ -206,3 +206,7 @@ def _autocast_args(args: tuple, device_type: str, dtype: torch.dtype) -> tuple:
 for _name in ("sketched_linear", "sklinear"):
     for _device in ("cpu", "cuda"):
         _private.register_autocast(_name, _device, _autocast_args)
+
+from sketchcore.torch import _functorch  # noqa: E402 - needs the operators above
+
+_functorch.register_batching_rules()

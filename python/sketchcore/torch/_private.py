@@ -43,3 +43,9 @@ def register_autocast(name: str, device_type: str,
 
     _LIBRARY.impl(name, kernel, key_name, with_keyset=True)
     return True
+
+
+def functorch_active() -> bool:
+    """Whether a torch.func transform is active (False when this torch cannot tell)."""
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active()) if active is not None else False

@@ -58,3 +58,20 @@ def gradients(inputs: tuple[Optional[Tensor], ...], needs: list[bool], grad_y: T
         g = next(computed) if need and t is not None else None
         result.append(torch.zeros_like(t) if g is None and need and t is not None else g)
     return result
+
+
+def vjp(inputs: tuple[Optional[Tensor], ...], needs: list[bool], grad_y: Tensor,
+        forward: Callable[..., Tensor]) -> list[Optional[Tensor]]:
+    """The same gradients through ``torch.func.vjp``: usable inside a torch.func transform
+    (where the saved tensors carry no ordinary autograd history) and differentiable by it."""
+    present = [i for i, t in enumerate(inputs) if t is not None]
+
+    def over_present(*tensors: Tensor) -> Tensor:
+        full = list(inputs)
+        for i, t in zip(present, tensors):
+            full[i] = t
+        return forward(*full)
+
+    _, pullback = torch.func.vjp(over_present, *[inputs[i] for i in present])
+    computed = dict(zip(present, pullback(grad_y)))
+    return [computed[i] if need and i in computed else None for i, need in enumerate(needs)]
