@@ -393,3 +393,14 @@ def test_distributed_data_parallel_matches_a_single_process(tmp_path):
     for rank in range(2):
         for got, p in zip(results[rank], single.parameters()):
             torch.testing.assert_close(got, p.grad)
+
+
+def test_factors_are_contiguous_so_view_works_as_in_panther():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = sct.SKLinear(10, 6, 2, 3)
+    for name in ("S1s", "S2s", "U1s", "U2s"):
+        tensor = getattr(layer, name)
+        assert tensor.is_contiguous(), name
+        assert tensor.view(-1).numel() == tensor.numel()
+    assert _factors_share_memory(layer)  # and forward still hands the core the two blocks as they are

@@ -144,16 +144,18 @@ class SKLinear(nn.Module):
         return layer
 
     def _pack_factors(self) -> None:
-        """Stores [S1s; U2s] and [U1s; S2s] each in one block of memory (the parameters and
-        buffers become views into it), so that forward hands the core two views and copies
-        nothing. The first block is laid out (in, 2T, k): the core reads it in place as the
-        packed in × 2Tk matrix [S1_1 … S1_T U2_1 … U2_T], so S1s and U2s are non-contiguous
-        views. Called at construction and after every ``.to()``/``.double()``/...; where
-        something else breaks the layout (``load_state_dict(assign=True)``), forward still
-        works, with one concatenation per call."""
+        """Stores [S1s; U2s] and [U1s; S2s] each in one contiguous block of memory (the
+        parameters and buffers become contiguous views into it, so ``.view`` works on them as in
+        Panther), and forward hands the core the two blocks without concatenating. The core packs
+        the (2T, in, k) block into the in × 2Tk matrix it multiplies by (pooled, one pass over
+        the small factor; an (in, 2T, k) layout would avoid that pass but made S1s and U2s
+        non-contiguous, and measured no faster beyond noise). Called at construction and after
+        every ``.to()``/``.double()``/...; where something else breaks the layout
+        (``load_state_dict(assign=True)``), forward still works, with one concatenation per
+        call."""
         T = self.num_terms
         with torch.no_grad():
-            S = torch.cat([self.S1s, self.U2s]).transpose(0, 1).contiguous().transpose(0, 1)  # (2T, in, k) over (in, 2T, k)
+            S = torch.cat([self.S1s, self.U2s])  # (2T, in, k), contiguous
             U = torch.cat([self.U1s, self.S2s])
         self.S1s.data, self._buffers["U2s"] = S[:T], S[T:]
         self._buffers["U1s"], self.S2s.data = U[:T], U[T:]
