@@ -2,8 +2,12 @@
 // checks it against a plain triple loop. Prints "max abs error: <e>" and "OK" on success.
 #include <sketchcore/sketchcore.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <vector>
 

@@ -65,9 +65,11 @@ def test_dropout_mask_is_the_cpus(dtype):
     cpu = sketchcore.sketched_matmul(as64(x), as64(S), as64(U), bias=as64(b), activation="relu", dropout_p=0.4,
                                      seed=99)
     no_drop = sketchcore.sketched_matmul(as64(x), as64(S), as64(U), bias=as64(b), activation="relu")
-    kept_cpu = (cpu != 0) | (no_drop == 0)
-    kept_gpu = (as64(y) != 0) | (no_drop == 0)
-    np.testing.assert_array_equal(kept_gpu, kept_cpu)
+    # Compare the masks where the float64 pre-activation is clearly positive: a value within
+    # the dtype's rounding of 0 may be relu'd to 0 in low precision (seen once in bfloat16).
+    clear = no_drop > 10 * DTYPES[dtype] * np.abs(no_drop).max()
+    assert clear.sum() >= 100  # enough elements to compare
+    np.testing.assert_array_equal((as64(y) != 0)[clear], (cpu != 0)[clear])
     assert relative_error(as64(y), cpu) <= DTYPES[dtype]
 
 
@@ -91,6 +93,32 @@ def test_backward_matches_the_cpu_in_float64(dtype, activation):
     for got, want in zip(grads, expected):
         assert got.is_cuda and got.dtype == dtype
         assert relative_error(as64(got), want) <= tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_epilogue_paths_for_aligned_offset_and_expanded_buffers(dtype, offset, activation):
+    """The own epilogue kernels read and write 4 columns as one access when the rows allow it
+    (d_out % 4 == 0, aligned): offset 0 takes those paths, offset 1 (rows one element off) the
+    scalar ones, and an expanded (stride-0) gradient the mixed one (scalar reads, quad writes)."""
+    gen = torch.Generator().manual_seed(8)
+    x, S, U, b = problem(gen, (48,), 40, 4, 32, 2, dtype)
+    out = torch.empty(48, 32 + offset, device="cuda", dtype=dtype)[:, offset:]
+    z = torch.empty(48, 8, device="cuda", dtype=dtype)
+    sketchcore.sketched_matmul(x, S, U, bias=b, activation=activation, dropout_p=0.3, seed=7, out=out,
+                               intermediate=z)
+    z64 = np.empty((48, 8))
+    expected = sketchcore.sketched_matmul(as64(x), as64(S), as64(U), bias=as64(b), activation=activation,
+                                          dropout_p=0.3, seed=7, intermediate=z64)
+    assert relative_error(as64(out), expected) <= DTYPES[dtype]
+    ones = torch.ones((), device="cuda", dtype=dtype).expand(48, 32)
+    grads = sketchcore.sketched_matmul_backward(ones, x, S, U, z, bias=b, activation=activation, dropout_p=0.3,
+                                                seed=7)
+    want = sketchcore.sketched_matmul_backward(np.ones((48, 32)), as64(x), as64(S), as64(U), z64, bias=as64(b),
+                                               activation=activation, dropout_p=0.3, seed=7)
+    for got, reference_grad in zip(grads, want):
+        assert relative_error(as64(got), reference_grad) <= DTYPES[dtype]
 
 
 def test_term_ranges_and_strided_operands():

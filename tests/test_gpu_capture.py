@@ -125,3 +125,28 @@ def test_misaligned_bias_and_odd_widths(dtype, activation, d_out):
     y = sketchcore.sketched_matmul(x, S, U, bias=bias, activation=activation)
     expected = reference(as64(x), as64(S), as64(U), as64(bias), activation, 1.0)
     assert relative_error(as64(y), expected) <= TOLERANCE[dtype]
+
+
+FIRST_CALL_IN_CAPTURE = r"""
+import torch, sketchcore
+x, S, U = (torch.randn(*s, device="cuda", dtype=torch.float64) for s in ((256, 128), (128, 16), (16, 64)))
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):  # sketchcore's first call: its pool and cuBLASLt handle are made here
+    y = sketchcore.sketched_matmul(x, S, U, activation="relu")
+x.copy_(torch.randn_like(x))
+graph.replay()
+torch.cuda.synchronize()
+ref = torch.relu((x @ S) @ U)
+print(((y - ref).norm() / ref.norm()).item())
+"""
+
+
+def test_first_call_may_be_inside_a_capture():
+    """One-time setup (memory pool, cuBLASLt handle) runs in the relaxed capture mode, so the
+    very first call of a process may be captured (a fresh process: setup happens once)."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", FIRST_CALL_IN_CAPTURE], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout.strip().splitlines()[-1]) < 1e-12

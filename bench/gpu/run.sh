@@ -6,6 +6,8 @@
 #   bash bench/gpu/run.sh OUTDIR            # everything
 #   STEPS="facts build tests" bash bench/gpu/run.sh OUTDIR   # a subset, in this order
 #   DRY_RUN=1 bash bench/gpu/run.sh OUTDIR  # on a CPU machine: runs what needs no GPU, says what it skipped
+#   CPU_SUITE=0 ...                          # the tests step runs the GPU tests only
+#   TIMEOUT_tests=240 ...                    # a step's wall-clock limit in seconds (default 600)
 #
 # Wheels the machine lacks (scipy-openblas32 for its Python) are installed from .whl/ in the
 # repository root, filled beforehand on a machine with PyPI by bench/gpu/fetch_wheels.sh
@@ -19,7 +21,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
-steps=${STEPS:-facts wheels build tests sanitize bench}
+steps=${STEPS:-facts wheels build tests sanitize bench profile}
 dry=${DRY_RUN:-0}
 date_tag=$(date -u +%Y-%m-%d)
 summary=()
@@ -29,8 +31,12 @@ step() {
   local name=$1; shift
   local start=$SECONDS
   echo "== $name: $*"
-  "$@" >"$out/$name.log" 2>&1
+  local limit_var="TIMEOUT_$name"
+  # A step is a shell function: run it in a child bash (functions and variables exported below) so
+  # that one hung step is killed at its limit and the others still run.
+  timeout -k 10 "${!limit_var:-600}" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1
   local rc=$?
+  [ $rc = 124 ] && echo "step $name: killed at its time limit (${!limit_var:-600} s)" >>"$out/$name.log"
   local tail_line
   tail_line=$(grep -E "passed|failed|error|ERROR SUMMARY|Error" "$out/$name.log" | tail -n 1 | cut -c1-90)
   summary+=("$(printf '%-10s %-4s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL)" $((SECONDS - start)) "$tail_line")")
@@ -91,17 +97,24 @@ EOF
 }
 
 tests() {
-  "$python" -m pytest -m gpu -rs -q -p no:cacheprovider --junitxml="$out/gpu-tests.xml" tests
+  local per_test=()
+  # A hung test fails alone instead of taking the step's whole limit (pytest-timeout, where installed).
+  "$python" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
+  "$python" -m pytest -m gpu -rs -q -p no:cacheprovider "${per_test[@]}" --junitxml="$out/gpu-tests.xml" tests
   local rc=$?
   # The CPU suite too: the GPU build must not change CPU behaviour.
-  "$python" -m pytest -m "not gpu" -q -p no:cacheprovider -x tests || rc=1
+  if [ "${CPU_SUITE:-1}" = 1 ]; then
+    "$python" -m pytest -m "not gpu" -q -p no:cacheprovider "${per_test[@]}" tests || rc=1
+  fi
   return $rc
 }
 
 sanitize() {
   command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
   local rc=0 subset="forward_matches and (float16 or float32) or backward_matches or dropout_mask or misaligned"
-  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 --target-processes all \
+  # No --leak-check: torch keeps tensors and its cached blocks until exit (all 490 "leaks" of the
+  # first run were torch's cudaMalloc); the pool's balance is asserted by the tests instead.
+  compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
     "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_gpu_capture.py -k "$subset" || rc=1
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
     "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_sketch.py -k "application and float32" || rc=1
@@ -115,17 +128,24 @@ sanitize() {
 }
 
 bench() {
-  "$python" -m pytest bench/test_bench_gpu.py --benchmark-only -q -p no:cacheprovider \
-    --benchmark-json="$out/gpu-$date_tag.json"
+  # Not --benchmark-only: the achieved-rate report is a plain test.
+  "$python" -m pytest bench/test_bench_gpu.py -q -p no:cacheprovider --benchmark-json="$out/gpu-$date_tag.json"
 }
+
+profile() {
+  "$python" bench/gpu/where_time_goes.py
+}
+
+export python out dry date_tag
+export -f facts wheels build tests sanitize bench profile
 
 for name in $steps; do
   case $name in
     facts) step facts facts ;;
     wheels) step wheels wheels; export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH} ;;
-    build|tests|sanitize|bench)
+    build|tests|sanitize|bench|profile)
       if has_gpu; then step "$name" "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
-    *) echo "unknown step '$name' (facts wheels build tests sanitize bench)"; exit 2 ;;
+    *) echo "unknown step '$name' (facts wheels build tests sanitize bench profile)"; exit 2 ;;
   esac
 done
 

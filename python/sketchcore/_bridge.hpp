@@ -6,7 +6,9 @@
 
 #include <Python.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <new>
 #include <optional>
 #include <stdexcept>

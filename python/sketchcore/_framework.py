@@ -24,8 +24,14 @@ def empty_like(x: Any, shape: tuple[int, ...], dtype: Any = None, dlpack_dtype: 
         return torch.empty(shape, dtype=x.dtype if dtype is None else dtype, device=x.device)
     if np is not None and isinstance(x, np.ndarray):  # ndarray subclasses
         return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        # CuPy's array-API namespace is not CuPy itself in every version (one answered with
+        # NumPy arrays on the GPU run); cupy.empty under the array's device is the plain way.
+        with x.device:
+            return cupy.empty(shape, dtype=x.dtype if dtype is None else dtype)
     namespace = getattr(x, "__array_namespace__", None)
-    if namespace is not None:  # array API standard (CuPy, JAX, ...)
+    if namespace is not None:  # array API standard (JAX, ...)
         return namespace().empty(shape, dtype=x.dtype if dtype is None else dtype, device=getattr(x, "device", None))
     import numpy
     from sketchcore._dlpack import DLPackBuffer
@@ -69,6 +75,9 @@ def current_stream(obj: Any) -> int:
     ``current_stream``, CuPy's ``get_current_stream``, else 0 (the legacy default stream)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 µs; the public API takes 3
+        if raw_stream is not None:
+            return int(raw_stream(obj.get_device()))
         return int(torch.cuda.current_stream(obj.device).cuda_stream)
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(obj, cupy.ndarray):
@@ -79,6 +88,9 @@ def current_stream(obj: Any) -> int:
 
 def stream_of(x: Any) -> int | None:
     """None for a CPU array, else the CUDA stream a call on ``x`` runs on."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and not x.is_cuda:
+        return None  # without torch's __dlpack_device__, a Python method: 2 µs of a 5 µs call
     if not is_cuda_array(x):
         return None
     return current_stream(x)

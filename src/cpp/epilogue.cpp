@@ -1,8 +1,9 @@
 #include "sketchcore/epilogue.hpp"
 
-#include <stdexcept>
 #include <iterator>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "detail/check.hpp"

@@ -2,8 +2,12 @@
 #include "detail/layout.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace sketchcore::detail {
 

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
-#include <utility>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "detail/backend.hpp"
 #include "detail/check.hpp"

@@ -1,8 +1,12 @@
 #include "sketchcore/tensor.hpp"
 
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "detail/check.hpp"
 #include "detail/checked.hpp"

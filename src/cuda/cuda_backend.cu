@@ -6,6 +6,8 @@
 // (unit stride along rows or columns, collapsing leading dimensions) are used in place,
 // others are packed by one strided-copy kernel.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 

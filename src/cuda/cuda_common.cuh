@@ -28,6 +28,21 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+/// For one-time setup (the memory pool, the cuBLASLt handle) that may first happen while the
+/// caller captures its stream into a CUDA graph: switches this thread to the relaxed capture
+/// mode for the scope, in which such calls are allowed (the default, global mode refuses them
+/// and invalidates the capture), and restores the previous mode after.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 /// The calling thread's stream (ExecutionOptions::cuda_stream).
 inline cudaStream_t current_stream() noexcept {
   return static_cast<cudaStream_t>(current_execution().cuda_stream);

@@ -7,8 +7,12 @@
 //    SRHT by scatter, fast Walsh–Hadamard transform and gather.
 // Temporaries come from the stream-ordered pool.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_common.cuh"

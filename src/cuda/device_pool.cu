@@ -2,9 +2,11 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "cuda_common.cuh"
@@ -41,6 +43,7 @@ DevicePool& state_of(int device) {
 DevicePool& pool_of(int device) {
   DevicePool& p = state_of(device);
   std::call_once(p.created, [&] {
+    const RelaxedCaptureMode setup_may_be_captured;
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;

@@ -1,6 +1,8 @@
 #include "lt_gemm.cuh"
 
 #include <array>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -81,6 +83,7 @@ lt::Handle handle_for(int device) {
   auto found = handles.find(device);
   if (found != handles.end()) return found->second;
   lt::Handle handle = nullptr;
+  const RelaxedCaptureMode setup_may_be_captured;
   lt::check(lt::api().create(&handle), "cublasLtCreate");
   handles.emplace(device, handle);
   return handle;

@@ -1,5 +1,7 @@
 #include "sketch_kernels.cuh"
 
+#include <cstdint>
+
 #include "cuda_common.cuh"
 #include "launch.cuh"
 #include "sketch/entries.hpp"

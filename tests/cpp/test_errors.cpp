@@ -2,8 +2,14 @@
 // names the argument, the expected and the actual value.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <exception>
 #include <functional>
+#include <initializer_list>
+#include <limits>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sketchcore/sketchcore.hpp"
 

@@ -2,10 +2,14 @@
 // core derives from them must be checked before anything is allocated or written.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "sketchcore/sketchcore.hpp"
 

@@ -1,6 +1,7 @@
 // Philox4x32-10 against the known-answer vectors published with Random123 (kat_vectors).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <set>
 
 #include "detail/philox.hpp"

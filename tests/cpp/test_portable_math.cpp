@@ -2,6 +2,7 @@
 // range the generator uses (open_unit: (0, 1)) and beyond.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>

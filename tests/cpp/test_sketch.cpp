@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "sketchcore/sketchcore.hpp"

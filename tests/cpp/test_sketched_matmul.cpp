@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "reference.hpp"
 

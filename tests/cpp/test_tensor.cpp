@@ -1,4 +1,8 @@
+#include <cstdint>
 #include <gtest/gtest.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "sketchcore/sketchcore.hpp"
 

@@ -9,7 +9,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch import _functorch, _ops  # noqa: F401 - _ops registers the operators
+from sketchcore.torch import _eager, _functorch, _ops  # noqa: F401 - _ops registers the operators
 
 _ACTIVATIONS = sketchcore.ACTIVATIONS
 
@@ -52,6 +52,8 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     if _functorch.transforms_active():  # torch.func: the packed factors as one differentiable call
         return _functorch.SketchedLinearFunction.apply(x, torch.cat([S1s, U2s]), torch.cat([U1s, S2s]), bias,
                                                        activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p), seed)
+    if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
+        return _eager.SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
     y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
     return y
 
@@ -67,5 +69,7 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     seed = _dropout_seed(seed, dropout_p)
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
         return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+    if _eager.applies(x, S, U, bias):
+        return _eager.SketchedLinear.apply(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
     y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
     return y

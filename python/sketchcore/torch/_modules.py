@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch import _functorch
+from sketchcore.torch import _eager, _functorch
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sklinear
 from sketchcore.torch._ops import _joined_in_place
 
@@ -168,20 +168,24 @@ class SKLinear(nn.Module):
         return result
 
     @torch.jit.unused
-    def _under_torch_func(self, x: Tensor, p: float) -> Optional[Tensor]:
-        """The forward through the torch.func path while a transform is active, else None
-        (never compiled by TorchScript)."""
-        if not _functorch.transforms_active():
-            return None
-        return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation, dropout_p=p)
+    def _python_path(self, x: Tensor, p: float) -> Optional[Tensor]:
+        """The forward through the functional API (torch.func transforms, the eager fast path),
+        or None where the operator must be called (never compiled by TorchScript)."""
+        if _functorch.transforms_active():
+            return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
+                            dropout_p=p)
+        if _eager.applies(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias):
+            return _eager.SKLinear.apply(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, float(p),
+                                         _dropout_seed(None, p))
+        return None
 
     def forward(self, x: Tensor) -> Tensor:
         # The operator directly (the factors are consistent by construction): scriptable by TorchScript.
         p = self.dropout if self.training else 0.0
         if not torch.jit.is_scripting():
-            transformed = self._under_torch_func(x, p)
-            if transformed is not None:
-                return transformed
+            direct = self._python_path(x, p)
+            if direct is not None:
+                return direct
         y, _ = torch.ops.sketchcore.sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, p,
                                              _dropout_seed(None, p))
         return y

@@ -58,10 +58,7 @@ def _or_empty(grad: Optional[Tensor], like: Tensor) -> Tensor:
 
 # --- the general operator: y = dropout(act(scale · Σ_t (x S_t) U_t + bias)) -------------------------------
 
-@torch.library.custom_op("sketchcore::sketched_linear", mutates_args=())
-def _sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                     dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
-    return _run_forward(x, S, U, bias, activation, scale, dropout_p, seed)
+_sketched_linear = torch.library.custom_op("sketchcore::sketched_linear", mutates_args=())(_run_forward)
 
 
 @_sketched_linear.register_fake
@@ -69,13 +66,17 @@ def _(x, S, U, bias, activation, scale, dropout_p, seed):
     return _fake_forward(x, U, _inner_width(S))
 
 
-@torch.library.custom_op("sketchcore::sketched_linear_backward", mutates_args=())
-def _sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor],
-                              activation: str, scale: float, dropout_p: float, seed: Tensor,
-                              needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor],
+                             activation: str, scale: float, dropout_p: float, seed: Tensor,
+                             needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The body of ``sketchcore::sketched_linear_backward`` (called directly by _eager)."""
     names = [n for n, wanted in zip(("x", "S", "U", "bias"), needs) if wanted and (n != "bias" or bias is not None)]
     grads = _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names)
     return tuple(_or_empty(g, x) for g in grads)
+
+
+_sketched_linear_backward = torch.library.custom_op("sketchcore::sketched_linear_backward",
+                                                    mutates_args=())(sketched_linear_backward)
 
 
 @_sketched_linear_backward.register_fake
@@ -89,15 +90,16 @@ def _setup_context(ctx, inputs, output):
     ctx.activation, ctx.scale, ctx.dropout_p = activation, scale, dropout_p
 
 
-def _backward(ctx, grad_y, grad_z):
+def _backward(ctx, grad_y, grad_z, direct: bool = False):
+    """The gradients; `direct` calls the backward's body instead of the operator (_eager)."""
     x, S, U, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:4])
     if torch.is_grad_enabled():  # the backward is being recorded (create_graph=True): second order
         forward = lambda x, S, U, b: _second_order.composite(  # noqa: E731
             x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed)
         return (*_second_order.gradients((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
-    dx, dS, dU, db = torch.ops.sketchcore.sketched_linear_backward(
-        grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs)
+    backward = sketched_linear_backward if direct else torch.ops.sketchcore.sketched_linear_backward
+    dx, dS, dU, db = backward(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs)
     pick = [g if wanted else None for g, wanted in zip((dx, dS, dU, db), needs)]
     return (*pick, None, None, None, None)
 
@@ -123,11 +125,14 @@ def _joined(a: Tensor, b: Tensor) -> Tensor:
     return torch.cat([a.detach(), b.detach()])
 
 
-@torch.library.custom_op("sketchcore::sklinear", mutates_args=())
-def _sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
-              activation: str, dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
+def sklinear_forward(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
+                     activation: str, dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
+    """The body of ``sketchcore::sklinear`` (called directly by _eager)."""
     scale = 1.0 / (2 * S1s.shape[0])
     return _run_forward(x, _joined(S1s, U2s), _joined(U1s, S2s), bias, activation, scale, dropout_p, seed)
+
+
+_sklinear = torch.library.custom_op("sketchcore::sklinear", mutates_args=())(sklinear_forward)
 
 
 @_sklinear.register_fake
@@ -140,10 +145,10 @@ def _covering(first: bool, second: bool, terms: int) -> tuple[int, int]:
     return (0 if first else terms, 2 * terms if second else terms)
 
 
-@torch.library.custom_op("sketchcore::sklinear_backward", mutates_args=())
-def _sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
-                       bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
-                       needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
+                      bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
+                      needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The body of ``sketchcore::sklinear_backward`` (called directly by _eager)."""
     need_x, need_S1, need_S2, need_U1, need_U2, need_b = needs
     T = S1s.shape[0]
     # dS of [S1s; U2s] and dU of [U1s; S2s], only for the terms whose factors need gradients:
@@ -162,6 +167,9 @@ def _sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: T
     return tuple(_or_empty(g, x) for g in (dx, dS1, dS2, dU1, dU2, db))
 
 
+_sklinear_backward = torch.library.custom_op("sketchcore::sklinear_backward", mutates_args=())(sklinear_backward)
+
+
 @_sklinear_backward.register_fake
 def _(grad, x, S1s, S2s, U1s, U2s, z, bias, activation, dropout_p, seed, needs):
     return _fake_gradients(x, (x.shape, S1s.shape, S2s.shape, U1s.shape, U2s.shape, (S2s.shape[-1],)), needs,
@@ -174,7 +182,8 @@ def _sklinear_setup_context(ctx, inputs, output):
     ctx.activation, ctx.dropout_p = activation, dropout_p
 
 
-def _sklinear_backward_rule(ctx, grad_y, grad_z):
+def _sklinear_backward_rule(ctx, grad_y, grad_z, direct: bool = False):
+    """The gradients; `direct` calls the backward's body instead of the operator (_eager)."""
     x, S1s, S2s, U1s, U2s, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:6])
     if torch.is_grad_enabled():  # second order: Panther's layer as the terms of [S1s; U2s], [U1s; S2s]
@@ -183,8 +192,8 @@ def _sklinear_backward_rule(ctx, grad_y, grad_z):
             x, torch.cat([S1, U2]), torch.cat([U1, S2]), b, ctx.activation, 1.0 / (2 * T), ctx.dropout_p, seed)
         grads = _second_order.gradients((x, S1s, S2s, U1s, U2s, bias), needs, grad_y, forward)
         return (*grads, None, None, None)
-    grads = torch.ops.sketchcore.sklinear_backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation,
-                                                   ctx.dropout_p, seed, needs)
+    backward = sklinear_backward if direct else torch.ops.sketchcore.sklinear_backward
+    grads = backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation, ctx.dropout_p, seed, needs)
     return (*[g if wanted else None for g, wanted in zip(grads, needs)], None, None, None)
 
 

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 

@@ -1,6 +1,7 @@
 // The CPU backend: float32 and float64 computed directly on host memory; float16 and bfloat16
 // computed in float32 (operands widened into pooled copies, results rounded once into the
 // caller's arrays: cpu/half.hpp). Temporaries come from the host pool.
+#include <cstdint>
 #include <optional>
 
 #include "cpu/cpu_ops.hpp"

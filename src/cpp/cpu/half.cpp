@@ -1,5 +1,7 @@
 #include "cpu/half.hpp"
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace sketchcore::detail {

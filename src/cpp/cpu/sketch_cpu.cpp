@@ -3,6 +3,8 @@
 // Walsh–Hadamard transforms. Called through Backend after the core's validation
 // (sketch/sketch_ops.cpp).
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <type_traits>

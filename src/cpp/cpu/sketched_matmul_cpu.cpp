@@ -17,6 +17,7 @@
 // terms (when the CBLAS has cblas_?gemm_batch_strided), so that S need not be packed into
 // Sp on every call.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 

@@ -1,6 +1,8 @@
 #include "detail/strided.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

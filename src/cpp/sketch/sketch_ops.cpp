@@ -1,8 +1,12 @@
 // Public sketching entry points: argument validation (once, for every backend) and dispatch
 // through detail::Backend to the backend of the operands' device (kernels: cpu/sketch_cpu.cpp,
 // ../cuda/cuda_sketch.cu).
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "detail/backend.hpp"
 #include "detail/check.hpp"
