@@ -21,7 +21,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
-steps=${STEPS:-facts wheels build tests sanitize bench profile}
+steps=${STEPS:-wheels facts build tests sanitize bench profile}
 dry=${DRY_RUN:-0}
 date_tag=$(date -u +%Y-%m-%d)
 summary=()
@@ -51,7 +51,8 @@ has_gpu() { [ "$dry" != 1 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L
 facts() {
   echo "date: $(date -u +%FT%TZ)"
   echo "command: bash bench/gpu/run.sh $out"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # SKETCHCORE_COMMIT: the device tool's copy of .git may lag the working tree it sends.
+  echo "git: ${SKETCHCORE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)} (working tree as sent)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
   nvcc --version 2>&1 | tail -n 2 || true
   "$python" - <<'EOF'
