@@ -1,0 +1,129 @@
+"""sketchcore for JAX: :func:`sketched_matmul` as an XLA custom call, usable under
+``jax.jit``, ``jax.grad`` (a ``jax.custom_vjp`` whose backward is sketchcore's fused backward)
+and ``jax.vmap``, on the CPU.
+
+The calls go through JAX's FFI: handlers compiled against the headers jaxlib ships
+(``python/sketchcore/jax_ffi.cpp``), built when JAX is importable while sketchcore is built
+(``pip install --no-build-isolation .`` in an environment with JAX, or ``jax`` among the
+build requirements). XLA passes its buffers in place; nothing is copied.
+
+``vmap``: batched calls run once per batch element (``vmap_method="sequential"``): the same
+function, and the same dropout masks, as calling each element alone.
+
+Not covered: CUDA devices under JAX (the handlers are registered for the CPU platform), and
+``out=`` (JAX arrays are immutable; the eager :func:`sketchcore.sketched_matmul` refuses
+it for JAX arrays too).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import sketchcore  # noqa: F401 - loads libsketchcore, which the handlers link
+
+__all__ = ["sketched_matmul"]
+
+_FORWARD = "sketchcore_sketched_matmul"
+_BACKWARD = "sketchcore_sketched_matmul_backward"
+_FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+def _register() -> None:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_jax_ffi.so")
+    if not os.path.exists(path):
+        raise ImportError("sketchcore.jax: this sketchcore was built without JAX's FFI headers (JAX was not "
+                          "importable at build time); reinstall with JAX installed and "
+                          "`pip install --no-build-isolation .`")
+    library = ctypes.CDLL(path)
+    jax.ffi.register_ffi_target(_FORWARD, jax.ffi.pycapsule(library.sketchcore_sketched_matmul_ffi), platform="cpu")
+    jax.ffi.register_ffi_target(_BACKWARD, jax.ffi.pycapsule(library.sketchcore_sketched_matmul_backward_ffi),
+                                platform="cpu")
+
+
+_register()
+
+
+def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: float, seed: int) -> tuple[int, int]:
+    """Checks at trace time what the core would refuse at run time, with the same kind of
+    message; returns (T·k, d_out)."""
+    for name, a in (("x", x), ("S", S), ("U", U)) + ((("bias", bias),) if bias is not None else ()):
+        if a.dtype not in _FLOATS:
+            raise TypeError(f"sketched_matmul: {name}: expected float16, bfloat16, float32 or float64, got {a.dtype}")
+        if a.dtype != x.dtype:
+            raise TypeError(f"sketched_matmul: {name}: expected dtype {x.dtype} (x's), got {a.dtype}")
+    if x.ndim < 1 or S.ndim not in (2, 3) or U.ndim != S.ndim:
+        raise ValueError(f"sketched_matmul: expected x (..., d_in), S (d_in, k) or (T, d_in, k) and U of S's rank, "
+                         f"got shapes {x.shape}, {S.shape}, {U.shape}")
+    terms = S.shape[0] if S.ndim == 3 else 1
+    if S.shape[-2] != x.shape[-1] or U.shape[-2] != S.shape[-1] or (S.ndim == 3 and U.shape[0] != terms):
+        raise ValueError(f"sketched_matmul: shapes do not chain: x {x.shape}, S {S.shape}, U {U.shape}")
+    if bias is not None and bias.shape != (U.shape[-1],):
+        raise ValueError(f"sketched_matmul: bias: expected shape ({U.shape[-1]},), got {bias.shape}")
+    if activation not in sketchcore.ACTIVATIONS:
+        raise ValueError(f"sketched_matmul: activation: expected one of {sketchcore.ACTIVATIONS}, got {activation!r}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"sketched_matmul: dropout_p: expected a probability in [0, 1], got {dropout_p}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"sketched_matmul: seed: expected an int in [0, 2**64), got {seed!r}")
+    return terms * S.shape[-1], U.shape[-1]
+
+
+def _attributes(activation: str, scale: float, dropout_p: float, seed: int, has_bias: bool) -> dict[str, Any]:
+    return {"activation": activation, "scale": np.float64(scale), "dropout_p": np.float64(dropout_p),
+            # A uint64 attribute ≥ 2**63 fails in MLIR's Python bindings: the bits go as an int64.
+            "seed": np.int64(seed - 2**64 if seed >= 2**63 else seed), "has_bias": np.bool_(has_bias)}
+
+
+def _placeholder(bias: Optional[jax.Array], dtype: Any) -> jax.Array:
+    return bias if bias is not None else jnp.zeros((0,), dtype)
+
+
+def _forward_call(x, S, U, bias, activation, scale, dropout_p, seed):
+    width, d_out = _checked(x, S, U, bias, activation, dropout_p, seed)
+    lead = x.shape[:-1]
+    call = jax.ffi.ffi_call(_FORWARD, (jax.ShapeDtypeStruct(lead + (d_out,), x.dtype),
+                                       jax.ShapeDtypeStruct(lead + (width,), x.dtype)), vmap_method="sequential")
+    return call(x, S, U, _placeholder(bias, x.dtype), **_attributes(activation, scale, dropout_p, seed,
+                                                                     bias is not None))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _sketched_matmul(x, S, U, bias, activation, scale, dropout_p, seed):
+    return _forward_call(x, S, U, bias, activation, scale, dropout_p, seed)[0]
+
+
+def _vjp_forward(x, S, U, bias, activation, scale, dropout_p, seed):
+    y, z = _forward_call(x, S, U, bias, activation, scale, dropout_p, seed)
+    return y, (x, S, U, bias, z)
+
+
+def _vjp_backward(activation, scale, dropout_p, seed, residuals, grad):
+    x, S, U, bias, z = residuals
+    bias_shape = bias.shape if bias is not None else (0,)
+    shapes = tuple(jax.ShapeDtypeStruct(s, x.dtype) for s in (x.shape, S.shape, U.shape, bias_shape))
+    call = jax.ffi.ffi_call(_BACKWARD, shapes, vmap_method="sequential")
+    dx, dS, dU, dbias = call(grad, x, S, U, z, _placeholder(bias, x.dtype),
+                             **_attributes(activation, scale, dropout_p, seed, bias is not None))
+    return dx, dS, dU, (dbias if bias is not None else None)
+
+
+_sketched_matmul.defvjp(_vjp_forward, _vjp_backward)
+
+
+def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax.Array] = None, *,
+                    activation: str = "none", scale: float = 1.0, dropout_p: float = 0.0, seed: int = 0) -> jax.Array:
+    """``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))`` for JAX arrays on the
+    CPU, as :func:`sketchcore.sketched_matmul` computes it for NumPy arrays (the same
+    results, dropout masks included), differentiable in x, S, U and bias.
+
+    ``activation``, ``scale``, ``dropout_p`` and ``seed`` are static (Python values, part of
+    the traced computation); ``seed`` is the dropout seed in [0, 2**64), deterministic: pass
+    a new one per step for fresh masks. Shapes and dtypes are checked when the call is traced.
+    """
+    return _sketched_matmul(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
