@@ -19,6 +19,14 @@ except ImportError as error:  # built without the FFI headers: the import says s
     pytest.skip(str(error), allow_module_level=True)
 
 
+@pytest.fixture(autouse=True)
+def _on_the_cpu():
+    """The handlers are registered for the CPU platform: on a machine with a GPU, where JAX
+    would put arrays on the GPU by default, the tests place them on the CPU."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def operands(rng, lead, d_in, k, d_out, terms, dtype=np.float64):
     S = rng.standard_normal((terms, d_in, k) if terms else (d_in, k)) / np.sqrt(d_in)
     U = rng.standard_normal((terms, k, d_out) if terms else (k, d_out)) / np.sqrt(k)
@@ -129,3 +137,14 @@ def test_eager_out_on_a_jax_array_is_refused():
     with pytest.raises(TypeError, match="out: expected a mutable array"):
         sketchcore.sketched_matmul(np.zeros((2, 3), np.float32), np.zeros((3, 1), np.float32),
                                    np.zeros((1, 3), np.float32), out=x)
+
+
+@pytest.mark.gpu
+def test_arrays_on_a_gpu_are_refused_with_a_clear_error():
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("no JAX GPU device")
+    x = jax.device_put(jnp.zeros((2, 3), jnp.float32), gpu)
+    with pytest.raises(ValueError, match=r"x: expected an array on the CPU .* got one on \['gpu'\]"):
+        sj.sketched_matmul(x, jnp.zeros((3, 1), jnp.float32), jnp.zeros((1, 3), jnp.float32))

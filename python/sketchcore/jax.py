@@ -57,6 +57,13 @@ def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: floa
             raise TypeError(f"sketched_matmul: {name}: expected float16, bfloat16, float32 or float64, got {a.dtype}")
         if a.dtype != x.dtype:
             raise TypeError(f"sketched_matmul: {name}: expected dtype {x.dtype} (x's), got {a.dtype}")
+    for name, a in (("x", x), ("S", S), ("U", U), ("bias", bias)):
+        # Concrete arrays only (a traced value has no device yet): the handlers are the CPU's.
+        if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
+            platforms = {d.platform for d in a.devices()}
+            if platforms != {"cpu"}:
+                raise ValueError(f"sketched_matmul: {name}: expected an array on the CPU (sketchcore.jax has CPU "
+                                 f"handlers only), got one on {sorted(platforms)}")
     if x.ndim < 1 or S.ndim not in (2, 3) or U.ndim != S.ndim:
         raise ValueError(f"sketched_matmul: expected x (..., d_in), S (d_in, k) or (T, d_in, k) and U of S's rank, "
                          f"got shapes {x.shape}, {S.shape}, {U.shape}")
