@@ -7,6 +7,7 @@ blocks of the paired protocol (bench/conftest.py) time device work, not launch l
 import pytest
 
 import sketchcore
+from gpu_timing import event_median_ms
 
 torch = pytest.importorskip("torch")
 
@@ -88,22 +89,6 @@ def test_sklinear_forward_backward_vs_panther(paired):
            target=2.0)
 
 
-def _event_median_ms(fn, repeats=20, warmup=5):
-    """Median device time of one call in milliseconds, timed with CUDA events after a warm-up."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
 def test_achieved_rate_against_the_measured_bf16_gemm_rate(operands):
     """Reports (no target) the fused forward's TFLOP/s next to this GPU's own bf16 GEMM rate,
     measured here on random 8192³ operands through torch.mm (cuBLAS)."""
@@ -113,12 +98,12 @@ def test_achieved_rate_against_the_measured_bf16_gemm_rate(operands):
     g = torch.Generator(device="cuda").manual_seed(1)
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=g)
     c = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=g)
-    gemm_tflops = 2 * n ** 3 / (_event_median_ms(lambda: torch.mm(a, c)) * 1e-3) / 1e12
-    fused_ms = _event_median_ms(lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu",
+    gemm_tflops = 2 * n ** 3 / (event_median_ms(lambda: torch.mm(a, c)) * 1e-3) / 1e12
+    fused_ms = event_median_ms(lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu",
                                                                      scale=0.5, out=out))
     flops = 2 * ROWS * TERMS * RANK * (D_IN + D_OUT)
     fused_tflops = flops / (fused_ms * 1e-3) / 1e12
-    dense_ms = _event_median_ms(lambda: torch.relu(torch.addmm(b, x, W)))
+    dense_ms = event_median_ms(lambda: torch.relu(torch.addmm(b, x, W)))
     INFO[f"{GROUP} measured rates"] = (
         f"bf16 GEMM 8192³ (torch.mm) {gemm_tflops:.0f} TFLOP/s; fused fwd {fused_ms:.3f} ms = "
         f"{fused_tflops:.0f} TFLOP/s ({fused_tflops / gemm_tflops:.0%} of the GEMM rate); "

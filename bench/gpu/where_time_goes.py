@@ -4,12 +4,16 @@ call made inside a CUDA-graph capture. Prints plain tables; run by bench/gpu/run
 `profile` step: python bench/gpu/where_time_goes.py (not profile.py: that name shadows the
 standard library's profile module, which torch.profiler imports).
 """
+import os
 import subprocess
 import sys
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from gpu_timing import event_median_ms  # noqa: E402 - bench/ on the path first
 
 import sketchcore
 from sketchcore.torch import SKLinear
@@ -25,20 +29,6 @@ def per_call_us(fn, calls=2000):
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
-
-
-def event_ms(fn, repeats=30):
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def host_overhead():
@@ -90,13 +80,13 @@ def kernels():
     bare = lambda: torch.mm(torch.mm(x, S, out=z), U, out=out)  # noqa: E731
     kernel_table("fused forward bf16 8192x4096->4096 k256", fused)
     kernel_table("two bare torch.mm", bare)
-    print(f"== event-timed medians: fused {event_ms(fused):.3f} ms, bare {event_ms(bare):.3f} ms, "
+    print(f"== event-timed medians: fused {event_median_ms(fused):.3f} ms, bare {event_median_ms(bare):.3f} ms, "
           f"host per fused call {per_call_us(fused, 200):.1f} µs")
     drop = lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", dropout_p=0.1, seed=1,  # noqa: E731
                                               out=out)
     gelu = lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="gelu", out=out)  # noqa: E731
-    print(f"== epilogue: relu {event_ms(fused):.3f} ms, relu+dropout {event_ms(drop):.3f} ms, "
-          f"erf-gelu (own kernel) {event_ms(gelu):.3f} ms")
+    print(f"== epilogue: relu {event_median_ms(fused):.3f} ms, relu+dropout {event_median_ms(drop):.3f} ms, "
+          f"erf-gelu (own kernel) {event_median_ms(gelu):.3f} ms")
     layer = SKLinear(4096, 4096, 2, 64, dtype=torch.bfloat16, device="cuda")
     xg = x.detach().requires_grad_()
     kernel_table("SKLinear fwd+bwd bf16 T2 k64", lambda: layer(xg).sum().backward())
