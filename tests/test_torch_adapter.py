@@ -404,3 +404,44 @@ def test_factors_are_contiguous_so_view_works_as_in_panther():
         assert tensor.is_contiguous(), name
         assert tensor.view(-1).numel() == tensor.numel()
     assert _factors_share_memory(layer)  # and forward still hands the core the two blocks as they are
+
+
+def _backward_names(t, depth=3):
+    """Names of the autograd nodes within `depth` steps of t (a subclass adds alias nodes)."""
+    names, frontier = [], [t.grad_fn]
+    for _ in range(depth):
+        frontier = [f for f in frontier if f is not None]
+        names += [type(f).__name__ for f in frontier]
+        frontier = [n for f in frontier for n, _ in f.next_functions]
+    return names
+
+
+def test_eager_calls_skip_the_dispatcher_and_the_rest_keep_the_operators():
+    """Plain eager calls run the operators' bodies under autograd.Functions (_eager: the
+    dispatcher's Python autograd wrapper doubled a small layer's step time); autocast regions,
+    tensor subclasses and tracing go through the custom operators. Both give the same values
+    and gradients."""
+    torch.manual_seed(0)
+    layer = sct.SKLinear(12, 10, 2, 3, activation="gelu")
+    x = torch.randn(5, 12, requires_grad=True)
+    eager = layer(x)
+    assert type(eager.grad_fn).__name__ == "SKLinearBackward"
+
+    class Marked(torch.Tensor):
+        pass
+
+    xs = x.detach().as_subclass(Marked).requires_grad_()
+    through_operator = layer(xs)
+    assert any("sketchcore_sklinear" in n for n in _backward_names(through_operator))
+    torch.testing.assert_close(through_operator.as_subclass(torch.Tensor), eager, rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert any("sketchcore_sklinear" in n for n in _backward_names(layer(x)))
+    traced = torch.jit.trace(layer, x.detach())
+    assert "sketchcore::sklinear" in str(traced.graph)
+    g = torch.randn_like(eager)
+    grads_eager = torch.autograd.grad(eager, (x, layer.S1s, layer.S2s, layer.bias), g)
+    grads_operator = torch.autograd.grad(through_operator, (xs, layer.S1s, layer.S2s, layer.bias), g)
+    for a, b in zip(grads_eager, grads_operator):
+        torch.testing.assert_close(a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor), rtol=1e-6, atol=1e-6)
+    y = sct.sketched_linear(x, torch.randn(2, 12, 3), torch.randn(2, 3, 4))
+    assert type(y.grad_fn).__name__ == "SketchedLinearBackward"
