@@ -49,9 +49,11 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# A prototype of our own: ctypes.pythonapi.PyCapsule_New is one shared object whose argtypes
+# other code changes (jax.ffi.pycapsule sets a destructor type), which broke these tests when
+# sketchcore.jax had been imported first.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
 
 READ_ONLY = 1
 IS_COPIED = 2

@@ -51,7 +51,10 @@ def relative_error(y, ref):
 
 def assert_close(y, ref, dtype):
     err = relative_error(y, ref)
-    assert err <= TOLERANCE[np.dtype(dtype)], f"relative error {err:.3g} for {np.dtype(dtype)}"
+    # Below the dtype's smallest normal the result cannot carry relative accuracy: a float64
+    # reference of -4e-53 is -0.0 in float32 (hypothesis found gelu(-15.5)).
+    underflow = np.max(np.abs(np.asarray(y, np.float64) - ref), initial=0.0) <= np.finfo(dtype).tiny
+    assert err <= TOLERANCE[np.dtype(dtype)] or underflow, f"relative error {err:.3g} for {np.dtype(dtype)}"
 
 
 def random_problem(rng, lead, d_in, k, d_out, terms=None, dtype=np.float32, bias=True):
