@@ -43,21 +43,19 @@ __global__ void copy_strided_kernel(const T* src, Strided s, T* dst, Strided d, 
 }
 
 // The epilogue kernels give each thread 4 consecutive columns of one row: the row's offset and
-// the index arithmetic once per 4 elements, and one Philox block per 4 mask bits (the mask of
-// (row, col) is word col % 4 of block (row, col / 4): detail::dropout_keeps).
+// the index arithmetic once per 4 elements, and one Philox block per 4 mask bits
+// (detail::dropout_words, as on the CPU).
 constexpr int kGroup = 4;
 
-/// The 4 dropout words of (row, column group), or none when nothing is dropped at random.
 __device__ __forceinline__ detail::Philox4x32 mask_words(const detail::DropoutPlan& d, std::int64_t row,
-                                                         std::int64_t group) {
-  if (!d.enabled || d.drop_all) return {};
-  return detail::dropout_block(d.seed, static_cast<std::uint64_t>(row), static_cast<std::uint64_t>(group));
+                                                         std::int64_t c0) {
+  return detail::dropout_words(d, static_cast<std::uint64_t>(row), static_cast<std::uint64_t>(c0 / kGroup));
 }
 
 template <class C>
 __device__ __forceinline__ C apply_dropout(C v, const detail::DropoutPlan& d, std::uint32_t word, C keep_scale) {
   if (!d.enabled) return v;
-  return !d.drop_all && word >= d.threshold ? v * keep_scale : C(0);
+  return detail::dropout_keeps(d, word) ? v * keep_scale : C(0);
 }
 
 /// Four consecutive elements, read or written as one access (16 bytes for float) when aligned.
@@ -92,7 +90,7 @@ __global__ void forward_kernel(const T* src, RowLayout src_layout, T* out, RowLa
     const std::int64_t r = i / groups, c0 = (i - r * groups) * kGroup;
     const T* src_row = src + row_offset(src_layout, r);
     T* out_row = out + row_offset(out_layout, r);
-    const detail::Philox4x32 words = mask_words(e.dropout, r, c0 / kGroup);
+    const detail::Philox4x32 words = mask_words(e.dropout, r, c0);
     auto value = [&](T stored, std::int64_t c, int lane) {
       C v = E::load(stored);
       if (e.bias) v += E::load(e.bias[c * e.bias_stride]);
@@ -128,7 +126,7 @@ __global__ void backward_kernel(const T* dy, RowLayout dy_layout, const T* h, T*
   for (std::int64_t i = first_index(); i < rows * groups; i += index_step()) {
     const std::int64_t r = i / groups, c0 = (i - r * groups) * kGroup;
     const T* dy_row = dy + row_offset(dy_layout, r);
-    const detail::Philox4x32 words = mask_words(e.dropout, r, c0 / kGroup);
+    const detail::Philox4x32 words = mask_words(e.dropout, r, c0);
     auto value = [&](T stored_dy, T stored_h, std::int64_t c, int lane) {
       C v = E::load(stored_dy);
       if (uses_h) {

@@ -51,10 +51,10 @@ void dropout_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, s
     }
     const auto global_row = static_cast<std::uint64_t>(first_row + r);
     for (std::int64_t j0 = 0; j0 < cols; j0 += 4) {
-      const Philox4x32 words = dropout_block(d.seed, global_row, static_cast<std::uint64_t>(j0 / 4));
+      const Philox4x32 words = dropout_words(d, global_row, static_cast<std::uint64_t>(j0 / 4));
       const std::int64_t n = std::min<std::int64_t>(4, cols - j0);
       for (std::int64_t l = 0; l < n; ++l) {
-        row[j0 + l] = words.v[l] < d.threshold ? T(0) : row[j0 + l] * keep_scale;
+        row[j0 + l] = dropout_keeps(d, words.v[l]) ? row[j0 + l] * keep_scale : T(0);
       }
     }
   }

@@ -121,10 +121,17 @@ inline DropoutPlan make_dropout_plan(double p, std::uint64_t seed) {
   return d;
 }
 
-/// Whether dropout keeps output element (row, col) under plan `d` (enabled).
-SKETCHCORE_HOST_DEVICE bool dropout_keeps(const DropoutPlan& d, std::uint64_t row, std::uint64_t col) {
-  if (d.drop_all) return false;
-  return dropout_block(d.seed, row, col / 4).v[col % 4] >= d.threshold;
+/// The mask words of output elements (row, 4·group … 4·group + 3) under plan `d`: element
+/// (row, col) is word col % 4 of block (row, col / 4), so one Philox block serves 4 columns.
+/// All zero (never read) when nothing is dropped at random.
+SKETCHCORE_HOST_DEVICE Philox4x32 dropout_words(const DropoutPlan& d, std::uint64_t row, std::uint64_t group) {
+  if (!d.enabled || d.drop_all) return {};
+  return dropout_block(d.seed, row, group);
+}
+
+/// Whether dropout (enabled) keeps the element whose mask word is `word`.
+SKETCHCORE_HOST_DEVICE bool dropout_keeps(const DropoutPlan& d, std::uint32_t word) {
+  return !d.drop_all && word >= d.threshold;
 }
 
 /// The epilogue as the kernels take it, resolved once per call for element type T: what is
