@@ -7,6 +7,8 @@ copy. ``DLPackBuffer`` is memory owned by sketchcore and exported through DLPack
 """
 import sys
 
+from sketchcore import _framework
+
 from cpython.pycapsule cimport (PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
                                 PyCapsule_New, PyCapsule_SetName)
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
@@ -88,7 +90,6 @@ cdef class ImportedTensor:
 # torch's exporter without Tensor.__dlpack__'s Python layer, looked up once torch is imported.
 cdef object _torch_tensor_types = None
 cdef object _torch_to_dlpack = None
-cdef object _torch_raw_stream = None
 
 
 cdef object _torch_capsule(object obj, object stream):
@@ -98,25 +99,20 @@ cdef object _torch_capsule(object obj, object stream):
     torch stream is not `stream` (then __dlpack__'s cross-stream handshake is needed).
     __dlpack__ costs about 4 µs per operand on the host (more with a stream), _to_dlpack 0.3:
     a GPU call with five torch operands of ~50 µs of device work was bound by this."""
-    global _torch_tensor_types, _torch_to_dlpack, _torch_raw_stream
+    global _torch_tensor_types, _torch_to_dlpack
     if _torch_tensor_types is None:
         torch = sys.modules.get("torch")
         if torch is None:
             return None
         _torch_to_dlpack = getattr(torch._C, "_to_dlpack_versioned", None)
-        _torch_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _torch_tensor_types = (torch.Tensor, torch.nn.Parameter)
     cls = type(obj)
     if _torch_to_dlpack is None or (cls is not _torch_tensor_types[0] and cls is not _torch_tensor_types[1]):
         return None
     if obj.requires_grad or obj.is_conj() or obj.is_neg():
         return None
-    if stream is not None:
-        if _torch_raw_stream is None or not obj.is_cuda:
-            return None
-        raw = _torch_raw_stream(obj.get_device())
-        if (raw if raw != 0 else 1) != stream:  # DLPack writes the legacy default stream as 1
-            return None
+    if stream is not None and (not obj.is_cuda or _framework.dlpack_stream(_framework.current_stream(obj)) != stream):
+        return None
     return _torch_to_dlpack(obj)
 
 
