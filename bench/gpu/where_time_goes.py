@@ -1,11 +1,10 @@
 """Where a GPU call's time goes: host overhead per call (and its parts), the kernels of the
-benchmark's forward and of SKLinear's forward+backward, dropout's epilogue cost, and a first
-call made inside a CUDA-graph capture. Prints plain tables; run by bench/gpu/run.sh's
+benchmark's forward and of SKLinear's forward+backward, and dropout's epilogue cost (a first
+call inside a CUDA-graph capture is a test: tests/test_gpu_capture.py). Prints plain tables; run by bench/gpu/run.sh's
 `profile` step: python bench/gpu/where_time_goes.py (not profile.py: that name shadows the
 standard library's profile module, which torch.profiler imports).
 """
 import os
-import subprocess
 import sys
 import time
 
@@ -92,30 +91,7 @@ def kernels():
     kernel_table("SKLinear fwd+bwd bf16 T2 k64", lambda: layer(xg).sum().backward())
 
 
-FIRST_CALL_IN_CAPTURE = r"""
-import torch, sketchcore
-x, S, U = (torch.randn(*s, device="cuda") for s in ((256, 128), (128, 16), (16, 64)))
-torch.cuda.synchronize()
-g = torch.cuda.CUDAGraph()
-try:
-    with torch.cuda.graph(g):
-        y = sketchcore.sketched_matmul(x, S, U, activation="relu")
-    g.replay(); torch.cuda.synchronize()
-    ref = torch.relu((x.double() @ S.double()) @ U.double())
-    print("first call inside capture: ok, rel err", ((y.double() - ref).norm() / ref.norm()).item())
-except Exception as e:
-    print("first call inside capture: raised", type(e).__name__, e)
-"""
-
-
-def first_call_in_capture():
-    result = subprocess.run([sys.executable, "-c", FIRST_CALL_IN_CAPTURE], capture_output=True, text=True,
-                            timeout=120)
-    print("==", (result.stdout + result.stderr).strip()[-800:])
-
-
 if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = False
     host_overhead()
     kernels()
-    first_call_in_capture()

@@ -26,8 +26,8 @@ def empty_like(x: Any, shape: tuple[int, ...], dtype: Any = None, dlpack_dtype: 
         return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(x, cupy.ndarray):
-        # CuPy's array-API namespace is not CuPy itself in every version (one answered with
-        # NumPy arrays on the GPU run); cupy.empty under the array's device is the plain way.
+        # The generic path below gave CuPy 14 inputs a host array (the first GPU run's CuPy
+        # tests); cupy.empty under the array's device is the plain way.
         with x.device:
             return cupy.empty(shape, dtype=x.dtype if dtype is None else dtype)
     namespace = getattr(x, "__array_namespace__", None)
