@@ -36,10 +36,10 @@ class SketchedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
                 dropout_p: float, seed: Tensor) -> Tensor:
-        y, z = _ops._run_forward(x, S, U, bias, activation, scale, dropout_p, seed)
-        ctx.save_for_backward(x, S, U, bias, z, seed)
-        ctx.activation, ctx.scale, ctx.dropout_p = activation, scale, dropout_p
-        return y
+        inputs = (x, S, U, bias, activation, scale, dropout_p, seed)
+        outputs = _ops._run_forward(*inputs)
+        _ops._setup_context(ctx, inputs, outputs)  # what the operator's backward reads
+        return outputs[0]
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -52,10 +52,10 @@ class SKLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
                 activation: str, dropout_p: float, seed: Tensor) -> Tensor:
-        y, z = _ops.sklinear_forward(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed)
-        ctx.save_for_backward(x, S1s, S2s, U1s, U2s, bias, z, seed)
-        ctx.activation, ctx.dropout_p = activation, dropout_p
-        return y
+        inputs = (x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed)
+        outputs = _ops.sklinear_forward(*inputs)
+        _ops._sklinear_setup_context(ctx, inputs, outputs)
+        return outputs[0]
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
