@@ -45,6 +45,18 @@ def host_overhead():
         ("torch.cuda.current_stream()", lambda: torch.cuda.current_stream(x.device).cuda_stream),
         ("torch.empty(64, 64, cuda)", lambda: torch.empty(64, 64, device="cuda")),
     ]
+    layer = SKLinear(64, 64, 2, 4, device="cuda")
+    xg = x.detach().requires_grad_()
+    rows.append(("SKLinear(64, 64, T2, k4) fwd+bwd", lambda: layer(xg).sum().backward()))
+    from test_bench_torch import PantherLinear
+    S1, S2 = (p.detach().clone().requires_grad_() for p in (layer.S1s, layer.S2s))
+    bias = layer.bias.detach().clone().requires_grad_()
+    rows.append(("Panther's algorithm, same layer, fwd+bwd",
+                 lambda: PantherLinear.apply(xg, S1, S2, layer.U1s, layer.U2s, bias).sum().backward()))
+    g, z = torch.randn(64, 64, device="cuda"), torch.empty(64, 8, device="cuda")
+    sketchcore.sketched_matmul(x, S, U, intermediate=z)
+    rows.append(("sketched_matmul_backward(x, S, U, bias)", lambda: sketchcore.sketched_matmul_backward(
+        g, x, S, U, z, bias=b)))
     try:
         import cupy
         xc, Sc, Uc = cupy.asarray(x), cupy.asarray(S), cupy.asarray(U)

@@ -96,12 +96,6 @@ def stream_of(x: Any) -> int | None:
     return current_stream(x)
 
 
-def dlpack_stream(stream: int) -> int:
-    """The stream argument of ``__dlpack__`` for ``stream``: DLPack writes the legacy
-    default stream as 1 (0 is reserved)."""
-    return stream if stream != 0 else 1
-
-
 def checked_seed(seed: object, op: str, *, draw: bool) -> int | None:
     """``seed`` as an int in [0, 2**64); None stays None unless ``draw``, which draws a
     fresh one. Errors name the operation ``op`` and the argument."""

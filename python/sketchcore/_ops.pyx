@@ -9,7 +9,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array
+from sketchcore._dlpack cimport ImportedTensor, import_array, torch_current_stream, torch_device
 from sketchcore._sketchcore cimport Epilogue, SketchedMatmulGradients, TensorView
 
 from sketchcore import _cuda, _framework
@@ -24,8 +24,10 @@ _numpy_empty = numpy.empty
 
 def _empty_like(x, shape, str dtype):
     """An uninitialised array of `x`'s framework, dtype and device (see _framework)."""
-    if type(x) is _numpy_ndarray:  # the common case, without the generic dispatch
+    if type(x) is _numpy_ndarray:  # the common cases, without the generic dispatch
         return _numpy_empty(shape, dtype=x.dtype)
+    if torch_device(x) != -2:
+        return x.new_empty(shape)
     return _framework.empty_like(x, shape, dlpack_dtype=dtype)
 
 
@@ -33,13 +35,21 @@ cdef object _stream_of(object x):
     """None when x is a CPU array, else the CUDA stream its framework currently uses."""
     if type(x) is _numpy_ndarray:
         return None
+    cdef int device = torch_device(x)
+    if device == -1:
+        return None
+    if device >= 0:
+        return torch_current_stream(device)
     return _framework.stream_of(x)
 
 
 cdef ImportedTensor _import(object obj, str name, bint for_writing, object stream):
     """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
-    if stream is not None and _framework.is_cuda_array(obj):
-        return import_array(obj, name, for_writing, _framework.dlpack_stream(stream))
+    cdef int device
+    if stream is not None:
+        device = torch_device(obj)
+        if device >= 0 or (device == -2 and _framework.is_cuda_array(obj)):
+            return import_array(obj, name, for_writing, stream if stream != 0 else 1)  # DLPack's legacy stream: 1
     return import_array(obj, name, for_writing)
 
 

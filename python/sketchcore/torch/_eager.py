@@ -47,16 +47,22 @@ class SketchedLinear(torch.autograd.Function):
 
 
 class SKLinear(torch.autograd.Function):
-    """``sketchcore::sklinear`` with its registered backward, without the dispatcher."""
+    """``sketchcore::sklinear`` with its registered backward, without the dispatcher. The
+    packed factors [S1s; U2s] and [U1s; S2s] are joined once and kept for the backward."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
                 activation: str, dropout_p: float, seed: Tensor) -> Tensor:
         inputs = (x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed)
-        outputs = _ops.sklinear_forward(*inputs)
+        ctx.blocks = (_ops._joined(S1s, U2s), _ops._joined(U1s, S2s))  # detached: not saved tensors
+        outputs = _ops._run_forward(x, *ctx.blocks, bias, activation, 1.0 / (2 * S1s.shape[0]), dropout_p, seed)
         _ops._sklinear_setup_context(ctx, inputs, outputs)
         return outputs[0]
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Optional[Tensor], ...]:
-        return _ops._sklinear_backward_rule(ctx, grad_y, None, direct=True)
+        return _ops._sklinear_backward_rule(ctx, grad_y, None, blocks=ctx.blocks)
+
+
+#: The seed of calls without dropout: never read, so one shared tensor instead of one per call.
+NO_SEED = torch.zeros([], dtype=torch.int64)

@@ -29,6 +29,12 @@ def _dropout_seed(seed: Optional[Tensor], dropout_p: float) -> Tensor:
     return torch.zeros([], dtype=torch.int64)
 
 
+def _eager_seed(seed: Optional[Tensor], dropout_p: float) -> Tensor:
+    """_dropout_seed for the eager path: without dropout, one shared seed tensor (a 2 µs
+    allocation per call saved)."""
+    return _eager.NO_SEED if seed is None and dropout_p == 0 else _dropout_seed(seed, dropout_p)
+
+
 def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor] = None, *,
              activation: str = "none", dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
     """Differentiable Panther layer ``dropout(act(1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + bias))``.
@@ -48,12 +54,14 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     if U2s.shape != S1s.shape or U1s.shape != S2s.shape:
         raise ValueError(f"sklinear: expected U2s shaped like S1s {tuple(S1s.shape)} and U1s like S2s "
                          f"{tuple(S2s.shape)}, got {tuple(U2s.shape)} and {tuple(U1s.shape)}")
-    seed = _dropout_seed(seed, dropout_p)
     if _functorch.transforms_active():  # torch.func: the packed factors as one differentiable call
         return _functorch.SketchedLinearFunction.apply(x, torch.cat([S1s, U2s]), torch.cat([U1s, S2s]), bias,
-                                                       activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p), seed)
+                                                       activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p),
+                                                       _dropout_seed(seed, dropout_p))
     if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
-        return _eager.SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
+        return _eager.SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p),
+                                     _eager_seed(seed, dropout_p))
+    seed = _dropout_seed(seed, dropout_p)
     y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
     return y
 
@@ -66,10 +74,12 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
     """
     _checked_activation(activation, "sketched_linear")
-    seed = _dropout_seed(seed, dropout_p)
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
-        return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+        return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
+                                                       _dropout_seed(seed, dropout_p))
     if _eager.applies(x, S, U, bias):
-        return _eager.SketchedLinear.apply(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+        return _eager.SketchedLinear.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
+                                           _eager_seed(seed, dropout_p))
+    seed = _dropout_seed(seed, dropout_p)
     y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
     return y

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch import _factors
 from sketchcore.torch import _eager, _functorch
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sklinear
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sklinear
 from sketchcore.torch._ops import _joined_in_place
 
 def _positive_int(value, name: str) -> int:
@@ -176,7 +176,7 @@ class SKLinear(nn.Module):
                             dropout_p=p)
         if _eager.applies(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias):
             return _eager.SKLinear.apply(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, float(p),
-                                         _dropout_seed(None, p))
+                                         _eager_seed(None, p))
         return None
 
     def forward(self, x: Tensor) -> Tensor:

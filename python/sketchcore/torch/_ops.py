@@ -70,9 +70,15 @@ def sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: T
                              activation: str, scale: float, dropout_p: float, seed: Tensor,
                              needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The body of ``sketchcore::sketched_linear_backward`` (called directly by _eager)."""
-    names = [n for n, wanted in zip(("x", "S", "U", "bias"), needs) if wanted and (n != "bias" or bias is not None)]
-    grads = _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names)
+    grads = _gradients(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs)
     return tuple(_or_empty(g, x) for g in grads)
+
+
+def _gradients(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor], activation: str,
+               scale: float, dropout_p: float, seed: Tensor, needs: list[bool]) -> tuple[Optional[Tensor], ...]:
+    """(dx, dS, dU, dbias), None where not requested."""
+    names = [n for n, wanted in zip(("x", "S", "U", "bias"), needs) if wanted and (n != "bias" or bias is not None)]
+    return _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names)
 
 
 _sketched_linear_backward = torch.library.custom_op("sketchcore::sketched_linear_backward",
@@ -98,8 +104,11 @@ def _backward(ctx, grad_y, grad_z, direct: bool = False):
         forward = lambda x, S, U, b: _second_order.composite(  # noqa: E731
             x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed)
         return (*_second_order.gradients((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
-    backward = sketched_linear_backward if direct else torch.ops.sketchcore.sketched_linear_backward
-    dx, dS, dU, db = backward(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs)
+    if direct:
+        return (*_gradients(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs),
+                None, None, None, None)
+    dx, dS, dU, db = torch.ops.sketchcore.sketched_linear_backward(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale,
+                                                                   ctx.dropout_p, seed, needs)
     pick = [g if wanted else None for g, wanted in zip((dx, dS, dU, db), needs)]
     return (*pick, None, None, None, None)
 
@@ -145,26 +154,36 @@ def _covering(first: bool, second: bool, terms: int) -> tuple[int, int]:
     return (0 if first else terms, 2 * terms if second else terms)
 
 
-def sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
-                      bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
-                      needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The body of ``sketchcore::sklinear_backward`` (called directly by _eager)."""
+def sklinear_backward_blocks(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, terms: int, z: Tensor,
+                             bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
+                             needs: list[bool]) -> tuple[Optional[Tensor], ...]:
+    """SKLinear's gradients (dx, dS1s, dS2s, dU1s, dU2s, dbias) from the packed factors
+    S = [S1s; U2s] and U = [U1s; S2s] (T = `terms` each); None where not requested."""
     need_x, need_S1, need_S2, need_U1, need_U2, need_b = needs
-    T = S1s.shape[0]
+    T = terms
     # dS of [S1s; U2s] and dU of [U1s; S2s], only for the terms whose factors need gradients:
     # for SKLinear (U buffers fixed) half of each, a quarter of the backward's FLOPs saved.
     s_range, u_range = _covering(need_S1, need_U2, T), _covering(need_U1, need_S2, T)
     names = [n for n, wanted in (("x", need_x), ("S", need_S1 or need_U2), ("U", need_U1 or need_S2),
                                  ("bias", need_b and bias is not None)) if wanted]
-    dx, dS, dU, db = _run_backward(grad, x, _joined(S1s, U2s), _joined(U1s, S2s), z, bias, activation, 1.0 / (2 * T),
-                                   dropout_p, seed, names, S_terms=s_range, U_terms=u_range)
+    dx, dS, dU, db = _run_backward(grad, x, S, U, z, bias, activation, 1.0 / (2 * T), dropout_p, seed, names,
+                                   S_terms=s_range, U_terms=u_range)
     dS1 = dS[:T] if need_S1 else None
     # Outputs of a custom operator may not share memory: the second half of a shared
     # result is copied (only when both halves are requested, which SKLinear never does).
     dU2 = (dS[-T:].clone() if need_S1 else dS[-T:]) if need_U2 else None
     dU1 = dU[:T] if need_U1 else None
     dS2 = (dU[-T:].clone() if need_U1 else dU[-T:]) if need_S2 else None
-    return tuple(_or_empty(g, x) for g in (dx, dS1, dS2, dU1, dU2, db))
+    return dx if need_x else None, dS1, dS2, dU1, dU2, db if need_b else None
+
+
+def sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
+                      bias: Optional[Tensor], activation: str, dropout_p: float, seed: Tensor,
+                      needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The body of ``sketchcore::sklinear_backward``."""
+    grads = sklinear_backward_blocks(grad, x, _joined(S1s, U2s), _joined(U1s, S2s), S1s.shape[0], z, bias,
+                                     activation, dropout_p, seed, needs)
+    return tuple(_or_empty(g, x) for g in grads)
 
 
 _sklinear_backward = torch.library.custom_op("sketchcore::sklinear_backward", mutates_args=())(sklinear_backward)
@@ -182,8 +201,9 @@ def _sklinear_setup_context(ctx, inputs, output):
     ctx.activation, ctx.dropout_p = activation, dropout_p
 
 
-def _sklinear_backward_rule(ctx, grad_y, grad_z, direct: bool = False):
-    """The gradients; `direct` calls the backward's body instead of the operator (_eager)."""
+def _sklinear_backward_rule(ctx, grad_y, grad_z, blocks: Optional[tuple[Tensor, Tensor]] = None):
+    """The gradients. `blocks` ([S1s; U2s], [U1s; S2s] joined by the forward): the eager path
+    (_eager), which calls the backward's body instead of the operator."""
     x, S1s, S2s, U1s, U2s, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:6])
     if torch.is_grad_enabled():  # second order: Panther's layer as the terms of [S1s; U2s], [U1s; S2s]
@@ -192,8 +212,12 @@ def _sklinear_backward_rule(ctx, grad_y, grad_z, direct: bool = False):
             x, torch.cat([S1, U2]), torch.cat([U1, S2]), b, ctx.activation, 1.0 / (2 * T), ctx.dropout_p, seed)
         grads = _second_order.gradients((x, S1s, S2s, U1s, U2s, bias), needs, grad_y, forward)
         return (*grads, None, None, None)
-    backward = sklinear_backward if direct else torch.ops.sketchcore.sklinear_backward
-    grads = backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation, ctx.dropout_p, seed, needs)
+    if blocks is not None:
+        grads = sklinear_backward_blocks(grad_y, x, *blocks, S1s.shape[0], z, bias, ctx.activation, ctx.dropout_p,
+                                         seed, needs)
+        return (*grads, None, None, None)
+    grads = torch.ops.sketchcore.sklinear_backward(grad_y, x, S1s, S2s, U1s, U2s, z, bias, ctx.activation,
+                                                   ctx.dropout_p, seed, needs)
     return (*[g if wanted else None for g, wanted in zip(grads, needs)], None, None, None)
 
 
