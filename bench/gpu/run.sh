@@ -137,16 +137,20 @@ profile() {
   "$python" bench/gpu/where_time_goes.py
 }
 
+host() {  # not in the default steps: a long table of where a training step's host time goes
+  "$python" bench/gpu/host_profile.py
+}
+
 export python out dry date_tag
-export -f facts wheels build tests sanitize bench profile
+export -f facts wheels build tests sanitize bench profile host
 
 for name in $steps; do
   case $name in
     facts) step facts facts ;;
     wheels) step wheels wheels; export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH} ;;
-    build|tests|sanitize|bench|profile)
+    build|tests|sanitize|bench|profile|host)
       if has_gpu; then step "$name" "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
-    *) echo "unknown step '$name' (facts wheels build tests sanitize bench profile)"; exit 2 ;;
+    *) echo "unknown step '$name' (facts wheels build tests sanitize bench profile host)"; exit 2 ;;
   esac
 done
 
