@@ -109,3 +109,52 @@ def test_achieved_rate_against_the_measured_bf16_gemm_rate(operands):
         f"{fused_tflops:.0f} TFLOP/s ({fused_tflops / gemm_tflops:.0%} of the GEMM rate); "
         f"dense relu(x@W+b) {dense_ms:.3f} ms")
     assert fused_tflops > 0 and gemm_tflops > 0
+
+
+def graphed(fn):
+    """`fn` captured ITERATIONS times into one CUDA graph (after a warm-up on a side stream, as
+    torch's capture rules ask) and returned as a timed block that replays it and synchronises.
+    Replaying launches no Python and no CUDA API call per kernel: what remains is device time,
+    the way users run host-bound steps with torch.cuda.graphs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ITERATIONS):
+            fn()
+
+    def run():
+        graph.replay()
+        torch.cuda.synchronize()
+    return run
+
+
+def test_graphed_fused_forward_vs_dense(operands, paired):
+    """Reported, no target of its own: the dense comparison with both sides in CUDA graphs, so
+    that neither side's host overhead shows (the eager target above is host-bound on VMs)."""
+    x, S, U, W, b, out = operands
+    paired(GROUP + " in CUDA graphs", "fused fwd", "dense relu(x@W+b)",
+           graphed(lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", scale=0.5, out=out)),
+           graphed(lambda: torch.relu(torch.addmm(b, x, W))), pairs=7, calls=5)
+
+
+def test_graphed_sklinear_forward_backward_vs_panther(paired):
+    """Reported, no target of its own: SKLinear's training step against Panther's algorithm with
+    both captured in CUDA graphs (forward, backward and gradient accumulation), device time only."""
+    from test_bench_torch import PantherLinear
+
+    from sketchcore.torch import SKLinear
+    torch.manual_seed(0)
+    terms, rank = 2, RANK // 4
+    ours = SKLinear(D_IN, D_OUT, terms, rank, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(ROWS, D_IN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    params = [p.detach().clone().requires_grad_() for p in (ours.S1s, ours.S2s)]
+    bias = ours.bias.detach().clone().requires_grad_()
+    paired(f"CUDA bf16 SKLinear {ROWS}x{D_IN}->{D_OUT} T{terms}xk{rank} in CUDA graphs", "SKLinear fwd+bwd",
+           "Panther algorithm fwd+bwd", graphed(lambda: ours(x).sum().backward()),
+           graphed(lambda: PantherLinear.apply(x, params[0], params[1], ours.U1s, ours.U2s, bias).sum().backward()),
+           pairs=7, calls=3)
