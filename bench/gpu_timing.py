@@ -17,3 +17,17 @@ def event_median_ms(fn, repeats=20, warmup=5):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def profiled(fn, iterations, warmup):
+    """A torch.profiler record (CPU and CUDA activity) of ``iterations`` calls of ``fn`` after
+    ``warmup`` unrecorded ones, ending with a synchronisation."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iterations):
+            fn()
+        torch.cuda.synchronize()
+    return prof

@@ -10,10 +10,10 @@ import pstats
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from test_bench_torch import PantherLinear  # noqa: E402 - bench/ on the path first
+from gpu_timing import profiled  # noqa: E402 - bench/ on the path first
+from test_bench_torch import PantherLinear  # noqa: E402
 
 from sketchcore.torch import SKLinear  # noqa: E402
 
@@ -28,13 +28,7 @@ def steps(rows, d, terms, rank, dtype):
 
 
 def report(title, fn, iterations=50):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iterations):
-            fn()
-        torch.cuda.synchronize()
+    prof = profiled(fn, iterations, warmup=10)
     print(f"== {title}: {iterations} steps, by self CPU time")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=28, max_name_column_width=60))
     profiler = cProfile.Profile()

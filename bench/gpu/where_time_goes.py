@@ -9,10 +9,9 @@ import sys
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from gpu_timing import event_median_ms  # noqa: E402 - bench/ on the path first
+from gpu_timing import event_median_ms, profiled  # noqa: E402 - bench/ on the path first
 
 import sketchcore
 from sketchcore.torch import SKLinear
@@ -69,13 +68,7 @@ def host_overhead():
 
 
 def kernel_table(title, fn, iterations=10):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iterations):
-            fn()
-        torch.cuda.synchronize()
+    prof = profiled(fn, iterations, warmup=3)
     print(f"== {title}: {iterations} iterations, by device time")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70))
 
