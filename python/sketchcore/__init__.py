@@ -29,10 +29,12 @@ _load_openblas()
 from sketchcore import linalg, memory, sketch  # noqa: E402
 from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
+from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, set_allow_tf32  # noqa: E402
 from sketchcore._ops import (  # noqa: E402
     activation_names,
     build_info,
+    cpu_blas_of,
     cuda_device_count,
     get_num_threads,
     set_num_threads,
@@ -57,13 +59,16 @@ __all__ = [
     "DLPackBuffer",
     "build_info",
     "cmake_prefix",
+    "cpu_blas_of",
     "cuda_device_count",
     "get_allow_tf32",
+    "get_cpu_blas",
     "get_num_threads",
     "linalg",
     "memory",
     "sketch",
     "set_allow_tf32",
+    "set_cpu_blas",
     "set_num_threads",
     "sketched_matmul",
     "sketched_matmul_backward",

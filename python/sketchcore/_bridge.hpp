@@ -1,6 +1,6 @@
 // What the Cython bindings cannot express themselves: the one translation of sketchcore's
 // C++ exceptions into Python exceptions (the handler of every `except +raise_py_error`
-// declaration in _sketchcore.pxd), the per-thread CUDA execution scope, and the device
+// declaration in _sketchcore.pxd), the per-thread execution scope (CUDA stream, TF32, the CPU GEMMs' BLAS), and the device
 // memory resource that calls back into a Python allocator.
 #pragma once
 
@@ -40,12 +40,20 @@ inline void raise_py_error() {
   }
 }
 
-/// Makes (stream, allow_tf32) the calling thread's CUDA execution options for the calls
-/// that follow on this thread (the bindings set them before every CUDA call).
-inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32) noexcept {
+/// Makes (stream, allow_tf32, cpu_gemm) the calling thread's execution options for the calls
+/// that follow on this thread (the bindings set them before every call).
+inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32,
+                                 const sketchcore::CpuGemmProvider* cpu_gemm) noexcept {
   static thread_local std::optional<sketchcore::ExecutionScope> scope;
   scope.reset();
-  scope.emplace(sketchcore::ExecutionOptions{reinterpret_cast<void*>(stream), allow_tf32});
+  scope.emplace(sketchcore::ExecutionOptions{reinterpret_cast<void*>(stream), allow_tf32, cpu_gemm});
+}
+
+/// The BLAS of each framework whose arrays the bindings take (see sketchcore._cpu_blas):
+/// process-wide, set once when found; entry 0 NumPy, 1 torch.
+inline sketchcore::CpuGemmProvider& framework_gemm(int framework) noexcept {
+  static sketchcore::CpuGemmProvider providers[2];
+  return providers[framework == 0 ? 0 : 1];
 }
 
 /// Callbacks of a device memory resource implemented in Python (they take the GIL).

@@ -6,4 +6,4 @@ from sketchcore._dlpack cimport ImportedTensor
 
 cdef object _stream_of(object x)
 cdef ImportedTensor _import(object obj, str name, bint for_writing, object stream)
-cdef int _enter_cuda(object stream) except -1
+cdef int _enter(object x, object stream) except -1

@@ -12,7 +12,7 @@ from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array, torch_current_stream, torch_device
 from sketchcore._sketchcore cimport Epilogue, SketchedMatmulGradients, TensorView
 
-from sketchcore import _cuda, _framework
+from sketchcore import _cpu_blas, _cuda, _framework
 
 from sketchcore._dlpack import DLPackBuffer
 
@@ -58,13 +58,78 @@ cdef ImportedTensor _import_optional(obj, str name, object stream):
     return None if obj is None else _import(obj, name, False, stream)
 
 
-cdef int _enter_cuda(object stream) except -1:
-    """Makes the call's stream (and the TF32 setting) current for this thread's next core
-    call, after making sure cuBLASLt can be found."""
+# The framework BLAS of NumPy (0) and torch (1) for the CPU GEMMs (see _cpu_blas): 0 not yet
+# looked for, 1 found (in framework_gemm), 2 none.
+cdef int _gemm_state[2]
+_gemm_state[0] = _gemm_state[1] = 0
+_gemm_description = [None, None]
+
+
+cdef const core.CpuGemmProvider* _framework_provider(int framework) noexcept:
+    if _gemm_state[framework] == 0:
+        try:
+            found = (_cpu_blas.numpy_gemm if framework == 0 else _cpu_blas.torch_gemm)()
+            if found is not None:
+                _install_framework_gemm(framework, *found)
+        except Exception:  # a library that cannot be inspected: the own BLAS runs
+            found = None
+        if found is None:
+            _gemm_state[framework] = 2
+    return &core.framework_gemm(framework) if _gemm_state[framework] == 1 else NULL
+
+
+def _install_framework_gemm(int framework, uintptr_t sgemm, uintptr_t dgemm, int index_bits, str description):
+    """Makes (sgemm, dgemm) the BLAS of the CPU GEMMs of calls on NumPy arrays (framework 0)
+    or CPU torch tensors (1) until _reset_framework_gemm; used by the search, and by tests
+    with instrumented entry points."""
+    if framework not in (0, 1) or index_bits not in (32, 64):
+        raise ValueError(f"_install_framework_gemm: expected framework 0 or 1 and index_bits 32 or 64, "
+                         f"got {framework} and {index_bits}")
+    cdef core.CpuGemmProvider* provider = &core.framework_gemm(framework)
+    provider.sgemm = <void*>sgemm
+    provider.dgemm = <void*>dgemm
+    provider.index_bits = index_bits
+    _gemm_description[framework] = description
+    _gemm_state[framework] = 1
+
+
+def _reset_framework_gemm():
+    """Looks for the frameworks' BLAS again at their next call (after set_cpu_blas)."""
+    _gemm_state[0] = _gemm_state[1] = 0
+    _gemm_description[:] = [None, None]
+
+
+cdef int _framework_of(object x) except -3:
+    """0 for a NumPy array, 1 for a CPU torch tensor, -1 for anything else."""
+    if type(x) is _numpy_ndarray:
+        return 0
+    return 1 if torch_device(x) == -1 else -1
+
+
+cdef int _enter(object x, object stream) except -1:
+    """Sets the calling thread's execution options for the core call that follows: the
+    call's CUDA stream (and the TF32 setting, after making sure cuBLASLt can be found), or
+    for a CPU call the BLAS of x's framework (see _cpu_blas)."""
+    cdef int framework
     if stream is not None:
         _cuda.preload_cublaslt()
-        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32())
+        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL)
+        return 0
+    framework = _framework_of(x)
+    core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL)
     return 0
+
+
+def cpu_blas_of(x):
+    """Which BLAS runs the GEMMs of a call on ``x`` (see :func:`set_cpu_blas`): NumPy's or
+    torch's, named by library and entry point, or sketchcore's own; ``"cuBLASLt"`` for CUDA
+    arrays."""
+    if _stream_of(x) is not None:
+        return "cuBLASLt"
+    cdef int framework = _framework_of(x)
+    if framework >= 0 and _framework_provider(framework) != NULL:
+        return ("numpy: " if framework == 0 else "torch: ") + _gemm_description[framework]
+    return "sketchcore: " + core.build_info().blas.decode()
 
 
 cdef class _EpilogueArgs:
@@ -199,7 +264,7 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
                              "got a copy made by its DLPack producer")
 
     cdef ImportedTensor zt
-    _enter_cuda(stream)
+    _enter(x, stream)
     if intermediate is None:
         with nogil:
             core.sketched_matmul(xt.view, st.view, ut.view, ot.view, e.epilogue)
@@ -306,7 +371,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
         else:
             grads.bias = t.view
         results.append(array)
-    _enter_cuda(stream)
+    _enter(x, stream)
     with nogil:
         core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, e.epilogue, grads)
     return tuple(results)

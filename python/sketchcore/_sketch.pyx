@@ -5,7 +5,7 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor
-from sketchcore._ops cimport _enter_cuda, _import, _stream_of
+from sketchcore._ops cimport _enter, _import, _stream_of
 from sketchcore._sketchcore cimport Side, SketchOperator
 
 from sketchcore import _framework
@@ -36,7 +36,7 @@ def to_dense(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint sc
     cdef ImportedTensor ot = _import(out, "out", True, stream)
     if ot.read_only:
         raise ValueError("sketch.to_dense: out: expected a writable array, got a read-only one")
-    _enter_cuda(stream)
+    _enter(out, stream)
     with nogil:
         core.sketch_to_dense(op, ot.view, row0, col0)
     return out
@@ -57,7 +57,7 @@ def apply(str kind, int64_t m, int64_t n, uint64_t seed, int64_t nnz, bint scale
     ot = _import(out, "out", True, stream)
     if ot.read_only:
         raise ValueError("sketch.apply: out: expected a writable array, got a read-only one")
-    _enter_cuda(stream)
+    _enter(a, stream)
     with nogil:
         core.sketch_apply(op, at.view, ot.view, side, transpose)
     return out

@@ -131,8 +131,16 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     void device_empty_cache(int device) except +raise_py_error
 
 
+cdef extern from "sketchcore/execution.hpp" namespace "sketchcore" nogil:
+    cdef cppclass CpuGemmProvider:
+        void* sgemm
+        void* dgemm
+        int index_bits
+
+
 cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
-    void set_thread_execution(uintptr_t stream, cbool allow_tf32)
+    void set_thread_execution(uintptr_t stream, cbool allow_tf32, const CpuGemmProvider* cpu_gemm)
+    CpuGemmProvider& framework_gemm(int framework)
     ctypedef void* (*DeviceAllocateCallback)(void* owner, size_t nbytes, int device, uintptr_t stream, string* error)
     ctypedef void (*DeviceDeallocateCallback)(void* owner, void* block, size_t nbytes, int device, uintptr_t stream)
     void set_callback_device_resource(void* owner, DeviceAllocateCallback allocate,

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "detail/check.hpp"
 #include "sketchcore/errors.hpp"
+#include "sketchcore/execution.hpp"
 
 // scipy-openblas32 prefixes every symbol with `scipy_`; other providers use none.
 #ifndef SKETCHCORE_BLAS_PREFIX
@@ -40,18 +42,68 @@ void call_gemm(CblasGemm cblas_gemm, std::int64_t m, std::int64_t n, std::int64_
              blas_int(b.ld, "leading dimension"), beta, c, blas_int(ldc, "leading dimension"));
 }
 
+template <class I, class T>
+using FortranGemm = void (*)(const char*, const char*, const I*, const I*, const I*, const T*, const T*, const I*,
+                             const T*, const I*, const T*, T*, const I*);
+
+template <class I>
+I index(std::int64_t value, const char* what) {
+  if constexpr (sizeof(I) == sizeof(int)) {
+    return blas_int(value, what);
+  } else {
+    return static_cast<I>(value);
+  }
+}
+
+/// Row-major C = op(A)·op(B) through a column-major Fortran gemm: the same memory read
+/// column-major is Cᵀ = op(B)ᵀ·op(A)ᵀ, so B comes first and the extents swap.
+template <class I, class T>
+void call_fortran(void* entry, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const MatrixOperand<T>& a,
+                  const MatrixOperand<T>& b, T* c, std::int64_t ldc, T beta) {
+  const char trans_b = b.transposed ? 'T' : 'N', trans_a = a.transposed ? 'T' : 'N';
+  const I mi = index<I>(n, "columns"), ni = index<I>(m, "rows"), ki = index<I>(k, "inner dimension");
+  const I ldb = index<I>(b.ld, "leading dimension"), lda = index<I>(a.ld, "leading dimension");
+  const I ldci = index<I>(ldc, "leading dimension");
+  reinterpret_cast<FortranGemm<I, T>>(entry)(&trans_b, &trans_a, &mi, &ni, &ki, &alpha, b.data, &ldb, a.data, &lda,
+                                             &beta, c, &ldci);
+}
+
+/// The calling thread's provider entry for T, or nullptr for the built-in BLAS.
+template <class T>
+const CpuGemmProvider* provider_for(void*& entry) {
+  const CpuGemmProvider* provider = current_execution().cpu_gemm;
+  if (!provider) return nullptr;
+  entry = std::is_same_v<T, float> ? provider->sgemm : provider->dgemm;
+  return entry ? provider : nullptr;
+}
+
+template <class T, class CblasGemm>
+void dispatch_gemm(CblasGemm builtin, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                   const MatrixOperand<T>& a, const MatrixOperand<T>& b, T* c, std::int64_t ldc, T beta) {
+  void* entry = nullptr;
+  if (const CpuGemmProvider* provider = provider_for<T>(entry)) {
+    if (provider->index_bits == 64) {
+      call_fortran<std::int64_t, T>(entry, m, n, k, alpha, a, b, c, ldc, beta);
+    } else {
+      call_fortran<int, T>(entry, m, n, k, alpha, a, b, c, ldc, beta);
+    }
+    return;
+  }
+  call_gemm(builtin, m, n, k, alpha, a, b, c, ldc, beta);
+}
+
 }  // namespace
 
 template <>
 void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const MatrixOperand<float>& a,
                  const MatrixOperand<float>& b, float* c, std::int64_t ldc, float beta) {
-  call_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc, beta);
+  dispatch_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 template <>
 void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const MatrixOperand<double>& a,
                   const MatrixOperand<double>& b, double* c, std::int64_t ldc, double beta) {
-  call_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
+  dispatch_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 #if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
@@ -81,7 +133,8 @@ void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, 
   call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_dgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
                   stride_c, batch);
 }
-bool blas_has_batched() noexcept { return true; }
+// A provider set for the calling thread has no batched entry point: the callers loop instead.
+bool blas_has_batched() noexcept { return current_execution().cpu_gemm == nullptr; }
 #else
 template <class T>
 void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<T>&, std::int64_t,

@@ -26,7 +26,8 @@ void gemm_batch_strided(std::int64_t m, std::int64_t n, std::int64_t k, const Ma
                         std::int64_t stride_a, const MatrixOperand<T>& b, std::int64_t stride_b, T* c,
                         std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
 
-/// Whether this build's CBLAS exports cblas_?gemm_batch_strided (probed by CMake).
+/// Whether this build's CBLAS exports cblas_?gemm_batch_strided (probed by CMake) and no
+/// CpuGemmProvider is set for the calling thread.
 bool blas_has_batched() noexcept;
 
 /// Sets the BLAS library's thread count where the provider exports openblas_set_num_threads.

@@ -1,12 +1,30 @@
 /// @file execution.hpp
-/// @brief Where and how the calling thread's operations run on a CUDA device.
+/// @brief Where and how the calling thread's operations run: the CUDA stream, TF32, and
+/// which BLAS runs the CPU GEMMs.
 #pragma once
 
 #include "sketchcore/export.hpp"
 
 namespace sketchcore {
 
-/// Execution settings of CUDA work. They apply to the calling thread only (each thread
+/// A BLAS for the CPU GEMMs of the calling thread's operations, instead of the one
+/// sketchcore was built with: typically the BLAS the caller's framework already runs (NumPy's
+/// OpenBLAS, torch's MKL), so that one thread pool serves both and neither pool's spinning
+/// threads take the cores from the other. Reference-BLAS (Fortran) entry points: column-major,
+/// every argument by pointer, integers I of `index_bits` bits:
+/// @code
+///   void sgemm_(const char* transa, const char* transb, const I* m, const I* n, const I* k,
+///               const float* alpha, const float* a, const I* lda, const float* b, const I* ldb,
+///               const float* beta, float* c, const I* ldc);
+/// @endcode
+/// and `dgemm_` alike with double. A null pointer leaves that precision to the built-in BLAS.
+struct CpuGemmProvider {
+  void* sgemm = nullptr;  ///< the single-precision entry point, or nullptr
+  void* dgemm = nullptr;  ///< the double-precision entry point, or nullptr
+  int index_bits = 32;    ///< 32 (LP64 interface) or 64 (ILP64 interface)
+};
+
+/// Execution settings. They apply to the calling thread only (each thread
 /// has its own), so concurrent callers with different streams do not interfere.
 struct ExecutionOptions {
   /// The `cudaStream_t` the work is ordered on, its temporaries included; nullptr is the
@@ -16,6 +34,9 @@ struct ExecutionOptions {
   /// Lets float32 GEMMs use TF32 tensor cores (10-bit mantissa inputs, float32
   /// accumulation). Off by default: float32 results are then exact to float32 GEMMs.
   bool allow_tf32 = false;
+  /// The BLAS of the CPU GEMMs (must outlive the calls made under these options); nullptr:
+  /// the BLAS sketchcore was built with. Batched GEMMs are not used while one is set.
+  const CpuGemmProvider* cpu_gemm = nullptr;
 };
 
 /// The calling thread's current options (the defaults unless an ExecutionScope is active).

@@ -1,0 +1,97 @@
+"""Which BLAS runs the CPU GEMMs of a call.
+
+sketchcore is built with its own OpenBLAS (scipy-openblas32). NumPy and torch each bring a
+BLAS too, with a thread pool whose threads spin for a while after every call; two pools on
+the same cores take them from each other, and a sketched call inside a NumPy or torch
+pipeline ran at half its isolated speed (issue 17). So by default (mode ``"framework"``) a
+call on NumPy arrays runs its GEMMs in NumPy's own OpenBLAS and a call on CPU torch tensors
+in torch's BLAS (MKL in the x86 wheels, with torch's OpenMP pool): one pool per pipeline.
+Found at the first call of each framework, from libraries the framework has already loaded
+(never loading one); where none is found (another build of NumPy or torch, another
+framework) the own BLAS runs. Mode ``"own"`` always uses sketchcore's OpenBLAS.
+
+Consequences: the thread count of those GEMMs is the framework's (``torch.set_num_threads``,
+threadpoolctl for NumPy's OpenBLAS), not :func:`sketchcore.set_num_threads` (which still
+governs sketchcore's own loops and own BLAS); and results on NumPy, torch and other arrays,
+equal to rounding, need not be equal bit for bit (different GEMM kernels), unless the mode is
+``"own"``.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+from typing import Optional
+
+# (sgemm name, dgemm name, integer bits) in the order tried: reference-BLAS entry points.
+_NUMPY_SYMBOLS = (("scipy_sgemm_64_", "scipy_dgemm_64_", 64), ("sgemm_64_", "dgemm_64_", 64),
+                  ("scipy_sgemm_", "scipy_dgemm_", 32), ("sgemm_", "dgemm_", 32))
+_TORCH_SYMBOLS = (("sgemm_", "dgemm_", 32),)  # MKL's LP64 interface, as the x86 wheels link it
+
+_MODES = ("framework", "own")
+_mode = "framework"
+
+Found = tuple[int, int, int, str]  # (sgemm address, dgemm address, integer bits, description)
+
+
+def set_cpu_blas(mode: str) -> None:
+    """``"framework"`` (default): GEMMs of calls on NumPy arrays run in NumPy's OpenBLAS and of
+    calls on CPU torch tensors in torch's BLAS, where found, so that a pipeline has one thread
+    pool; ``"own"``: always sketchcore's own OpenBLAS (bit-identical results across
+    frameworks). Applies to calls made after it, in every thread."""
+    global _mode
+    if mode not in _MODES:
+        raise ValueError(f"set_cpu_blas: mode: expected one of {_MODES}, got {mode!r}")
+    _mode = mode
+    from sketchcore import _ops
+    _ops._reset_framework_gemm()
+
+
+def get_cpu_blas() -> str:
+    """The mode set with :func:`set_cpu_blas`."""
+    return _mode
+
+
+def _entry_points(path: str, candidates: tuple[tuple[str, str, int], ...]) -> Optional[Found]:
+    """The first pair of symbols of `candidates` in the already-loaded library at `path`."""
+    try:
+        library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    except (OSError, AttributeError):  # not loaded (RTLD_NOLOAD), or no RTLD_NOLOAD here
+        return None
+    for sgemm, dgemm, bits in candidates:
+        try:
+            s, d = getattr(library, sgemm), getattr(library, dgemm)
+        except AttributeError:
+            continue
+        address = ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value
+        if address[0] and address[1]:
+            return address[0], address[1], bits, f"{os.path.basename(path)} ({sgemm}, {'ILP64' if bits == 64 else 'LP64'})"
+    return None
+
+
+def numpy_gemm() -> Optional[Found]:
+    """NumPy's bundled OpenBLAS (the wheels' numpy.libs/ or numpy/.dylibs/), if loaded."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or _mode != "framework":
+        return None
+    root = os.path.dirname(os.path.abspath(numpy.__file__))
+    for pattern in (os.path.join(root, os.pardir, "numpy.libs", "*openblas*"), os.path.join(root, ".dylibs", "*openblas*")):
+        for path in sorted(glob.glob(pattern)):
+            found = _entry_points(os.path.abspath(path), _NUMPY_SYMBOLS)
+            if found:
+                return found
+    return None
+
+
+def torch_gemm() -> Optional[Found]:
+    """torch's BLAS as its libtorch_cpu exports it (MKL in the x86 Linux wheels), if loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None or _mode != "framework":
+        return None
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        found = _entry_points(os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib", name),
+                              _TORCH_SYMBOLS)
+        if found:
+            return found
+    return None

@@ -1,0 +1,155 @@
+"""Which BLAS runs the CPU GEMMs (sketchcore._cpu_blas): the framework's own where found,
+sketchcore's otherwise or on request, with results checked against float64 references, and
+the provider interface (Fortran gemm, LP64 and ILP64) checked through instrumented entry
+points that record every call."""
+import ctypes
+import glob
+import os
+import platform
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sketchcore
+from sketchcore import _ops
+from _reference import assert_close
+
+torch = pytest.importorskip("torch")
+
+NUMPY_HAS_OPENBLAS = bool(glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*")))
+TORCH_EXPORTS_MKL = platform.system() == "Linux" and platform.machine() == "x86_64"
+
+
+@pytest.fixture(autouse=True)
+def framework_mode():
+    """Every test starts and ends in the default mode, with the search redone."""
+    sketchcore.set_cpu_blas("framework")
+    yield
+    sketchcore.set_cpu_blas("framework")
+
+
+def reference(x, S, U, bias=None):
+    x64, S64, U64 = (np.asarray(a, dtype=np.float64) for a in (x, S, U))
+    y = sum(x64 @ S64[t] @ U64[t] for t in range(S64.shape[0])) if S64.ndim == 3 else x64 @ S64 @ U64
+    return y if bias is None else y + np.asarray(bias, dtype=np.float64)
+
+
+def test_the_mode_is_checked_and_kept():
+    assert sketchcore.get_cpu_blas() == "framework"
+    sketchcore.set_cpu_blas("own")
+    assert sketchcore.get_cpu_blas() == "own"
+    for bad in ("mkl", "", None, 1):
+        with pytest.raises(ValueError, match=r"set_cpu_blas: mode: expected one of \('framework', 'own'\), got"):
+            sketchcore.set_cpu_blas(bad)
+    assert sketchcore.get_cpu_blas() == "own"  # a refused call changes nothing
+
+
+def test_each_framework_gets_its_own_blas_and_own_mode_gets_sketchcores():
+    x_np, x_torch = np.ones((2, 3), np.float32), torch.ones(2, 3)
+    own = "sketchcore: " + sketchcore.build_info()["blas"]
+    if NUMPY_HAS_OPENBLAS:
+        assert sketchcore.cpu_blas_of(x_np).startswith("numpy: libscipy_openblas")
+    else:
+        assert sketchcore.cpu_blas_of(x_np) == own
+    if TORCH_EXPORTS_MKL:
+        assert sketchcore.cpu_blas_of(x_torch) == "torch: libtorch_cpu.so (sgemm_, LP64)"
+    assert sketchcore.cpu_blas_of(sketchcore.DLPackBuffer((2, 3))) == own  # no framework
+    sketchcore.set_cpu_blas("own")
+    assert sketchcore.cpu_blas_of(x_np) == own
+    assert sketchcore.cpu_blas_of(x_torch) == own
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 40), d_in=st.integers(1, 30), d_out=st.integers(1, 30), rank=st.integers(1, 6),
+       terms=st.integers(1, 3), fortran=st.booleans(), double=st.booleans(), use_torch=st.booleans(),
+       mode=st.sampled_from(["framework", "own"]), seed=st.integers(0, 2**32 - 1))
+def test_forward_and_backward_match_float64_with_either_blas(rows, d_in, d_out, rank, terms, fortran, double,
+                                                             use_torch, mode, seed):
+    sketchcore.set_cpu_blas(mode)
+    rng = np.random.default_rng(seed)
+    dtype = np.float64 if double else np.float32
+    x = rng.standard_normal((rows, d_in)).astype(dtype)
+    x = np.asfortranarray(x) if fortran else x  # transposed operands: the 'T' flags of the provider
+    S = rng.standard_normal((terms, d_in, rank)).astype(dtype)
+    U = rng.standard_normal((terms, rank, d_out)).astype(dtype)
+    b = rng.standard_normal(d_out).astype(dtype)
+    g = rng.standard_normal((rows, d_out)).astype(dtype)
+    wrap = (lambda a: torch.from_numpy(np.asarray(a))) if use_torch else (lambda a: a)
+    z = wrap(np.empty((rows, terms * rank), dtype))
+    y = sketchcore.sketched_matmul(wrap(x), wrap(S), wrap(U), bias=wrap(b), intermediate=z)
+    assert_close(np.asarray(y), reference(x, S, U, b), dtype)
+    dx, dS, dU, db = sketchcore.sketched_matmul_backward(wrap(g), wrap(x), wrap(S), wrap(U), z, bias=wrap(b))
+    g64, x64 = g.astype(np.float64), x.astype(np.float64)
+    gu = [g64 @ U[t].astype(np.float64).T for t in range(terms)]
+    assert_close(np.asarray(dx), sum(gu[t] @ S[t].astype(np.float64).T for t in range(terms)), dtype)
+    assert_close(np.asarray(dS), np.stack([x64.T @ gu[t] for t in range(terms)]), dtype)
+    assert_close(np.asarray(dU), np.stack([(x64 @ S[t].astype(np.float64)).T @ g64 for t in range(terms)]), dtype)
+    assert_close(np.asarray(db), g64.sum(0), dtype)
+
+
+def fortran_gemm(index_type, element_type, calls):
+    """A reference-BLAS gemm in Python (column-major, arguments by pointer) that records its
+    calls: what a provider receives, checked by computing with it."""
+    P = ctypes.POINTER
+    prototype = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, P(index_type), P(index_type), P(index_type),
+                                 P(element_type), P(element_type), P(index_type), P(element_type), P(index_type),
+                                 P(element_type), P(element_type), P(index_type))
+    dtype = np.float32 if element_type is ctypes.c_float else np.float64
+
+    def column_major(pointer, rows, cols, ld):
+        flat = np.ctypeslib.as_array(pointer, shape=((cols - 1) * ld + rows,))
+        return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(dtype().itemsize, ld * dtype().itemsize))
+
+    def gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        ta, tb = transa[:1] == b"T", transb[:1] == b"T"
+        m, n, k = m[0], n[0], k[0]
+        calls.append((transa[:1], transb[:1], m, n, k))
+        A = column_major(a, *((k, m) if ta else (m, k)), lda[0])
+        B = column_major(b, *((n, k) if tb else (k, n)), ldb[0])
+        C = column_major(c, m, n, ldc[0])
+        product = (A.T if ta else A).astype(np.float64) @ (B.T if tb else B).astype(np.float64)
+        C[...] = alpha[0] * product + (beta[0] * C if beta[0] != 0 else 0)
+
+    return prototype(gemm)
+
+
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("use_torch", [False, True], ids=["numpy", "torch"])
+def test_a_provider_runs_every_gemm_with_the_arguments_of_the_row_major_product(index_bits, use_torch):
+    index_type = ctypes.c_int32 if index_bits == 32 else ctypes.c_int64
+    calls = {"s": [], "d": []}
+    sgemm = fortran_gemm(index_type, ctypes.c_float, calls["s"])
+    dgemm = fortran_gemm(index_type, ctypes.c_double, calls["d"])
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    _ops._install_framework_gemm(1 if use_torch else 0, address(sgemm), address(dgemm), index_bits, "instrumented")
+    assert sketchcore.cpu_blas_of(torch.ones(1) if use_torch else np.ones(1)) == ("torch: " if use_torch else
+                                                                                   "numpy: ") + "instrumented"
+    rng = np.random.default_rng(index_bits)
+    for dtype, recorded in ((np.float32, calls["s"]), (np.float64, calls["d"])):
+        x = np.asfortranarray(rng.standard_normal((9, 7)).astype(dtype))
+        S, U = rng.standard_normal((2, 7, 3)).astype(dtype), rng.standard_normal((2, 3, 5)).astype(dtype)
+        g = rng.standard_normal((9, 5)).astype(dtype)
+        wrap = (lambda a: torch.from_numpy(np.asarray(a))) if use_torch else (lambda a: a)
+        z = wrap(np.empty((9, 6), dtype))
+        y = sketchcore.sketched_matmul(wrap(x), wrap(S), wrap(U), scale=0.5, intermediate=z)
+        assert_close(np.asarray(y), 0.5 * reference(x, S, U), dtype)
+        dx, dS, dU, no_bias = sketchcore.sketched_matmul_backward(wrap(g), wrap(x), wrap(S), wrap(U), z, scale=0.5)
+        assert no_bias is None
+        gu = [g.astype(np.float64) @ U[t].T.astype(np.float64) for t in range(2)]
+        assert_close(np.asarray(dx), 0.5 * sum(gu[t] @ S[t].T.astype(np.float64) for t in range(2)), dtype)
+        assert_close(np.asarray(dS), 0.5 * np.stack([x.T.astype(np.float64) @ gu[t] for t in range(2)]), dtype)
+        assert len(recorded) >= 5, recorded  # forward 2, backward 3 at least: none went elsewhere
+        assert any(b"T" in call[:2] for call in recorded)  # transposed operands reached the provider
+    sketchcore.set_cpu_blas("own")  # the provider is dropped: nothing more is recorded
+    before = len(calls["s"])
+    sketchcore.sketched_matmul(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.ones((2, 2), np.float32))
+    assert len(calls["s"]) == before
+
+
+def test_installing_a_provider_checks_its_arguments():
+    with pytest.raises(ValueError, match="expected framework 0 or 1 and index_bits 32 or 64, got 2 and 32"):
+        _ops._install_framework_gemm(2, 0, 0, 32, "x")
+    with pytest.raises(ValueError, match="got 0 and 16"):
+        _ops._install_framework_gemm(0, 0, 0, 16, "x")
