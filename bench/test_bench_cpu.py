@@ -92,6 +92,26 @@ def test_fused_relu_bias_vs_dense(problem, paired):
            lambda: np.maximum(x @ W + b, 0), pairs=5, calls=2, target=0.85 * flop_ratio(shape))
 
 
+def test_sketched_gemm_rate_vs_dense_sgemm_rate(paired):
+    """Target: the sketched product's GFLOP/s ≥ 0.9 × dense sgemm's (x @ W, the same BLAS
+    call NumPy makes) on the headline shape, no epilogue: as a time ratio, dense time /
+    sketched time ≥ 0.9 × the FLOP ratio; the rate ratio itself is reported too."""
+    shape = SHAPES[0]
+    b, di, do, t, k = shape
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((b, di), dtype=np.float32)
+    S = rng.standard_normal((t, di, k), dtype=np.float32)
+    U = rng.standard_normal((t, k, do), dtype=np.float32)
+    W = rng.standard_normal((di, do), dtype=np.float32)
+    ratios = paired(group_name(shape), "sketched_matmul 3-D S", "dense sgemm x@W",
+                    lambda: sketchcore.sketched_matmul(x, S, U), lambda: x @ W, pairs=7, calls=2,
+                    target=0.9 * flop_ratio(shape))
+    from conftest import INFO
+    rates = sorted(r / flop_ratio(shape) for r in ratios)
+    INFO[f"{group_name(shape)} GFLOP/s of the sketched product / of dense sgemm"] = (
+        f"median {rates[len(rates) // 2]:.2f} (range {rates[0]:.2f}–{rates[-1]:.2f}); target ≥ 0.90")
+
+
 def _panther_inputs(torch, shape, x, S, U, b):
     """Panther's SKLinear parameters for T/2 terms (2·T/2 = T products of rank k), built so
     that it computes exactly sketched_matmul(x, S, U, scale=1/T, bias=b)."""
