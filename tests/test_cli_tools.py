@@ -33,6 +33,8 @@ def test_info_text_and_json():
     assert facts["blas"] == sketchcore.build_info()["blas"] and facts["threads"] == sketchcore.get_num_threads()
     assert facts["cuda_backend"] == sketchcore.build_info()["cuda"]
     assert facts["devices"][0].startswith("cpu (") and "numpy" in facts["frameworks"]
+    import numpy as np
+    assert facts["cpu_gemms"]["numpy arrays"] == sketchcore.cpu_blas_of(np.empty(0))
 
 
 def test_landscape_quick_writes_table_json_csv_and_plot(tmp_path):

@@ -22,20 +22,21 @@ import ctypes
 import glob
 import os
 import sys
-from typing import Optional
+from typing import Literal, Optional
 
 # (sgemm name, dgemm name, integer bits) in the order tried: reference-BLAS entry points.
 _NUMPY_SYMBOLS = (("scipy_sgemm_64_", "scipy_dgemm_64_", 64), ("sgemm_64_", "dgemm_64_", 64),
                   ("scipy_sgemm_", "scipy_dgemm_", 32), ("sgemm_", "dgemm_", 32))
 _TORCH_SYMBOLS = (("sgemm_", "dgemm_", 32),)  # MKL's LP64 interface, as the x86 wheels link it
 
+Mode = Literal["framework", "own"]
 _MODES = ("framework", "own")
-_mode = "framework"
+_mode: Mode = "framework"
 
 Found = tuple[int, int, int, str]  # (sgemm address, dgemm address, integer bits, description)
 
 
-def set_cpu_blas(mode: str) -> None:
+def set_cpu_blas(mode: Mode) -> None:
     """``"framework"`` (default): GEMMs of calls on NumPy arrays run in NumPy's OpenBLAS and of
     calls on CPU torch tensors in torch's BLAS, where found, so that a pipeline has one thread
     pool; ``"own"``: always sketchcore's own OpenBLAS (bit-identical results across
@@ -48,7 +49,7 @@ def set_cpu_blas(mode: str) -> None:
     _ops._reset_framework_gemm()
 
 
-def get_cpu_blas() -> str:
+def get_cpu_blas() -> Mode:
     """The mode set with :func:`set_cpu_blas`."""
     return _mode
 

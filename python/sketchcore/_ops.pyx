@@ -378,7 +378,9 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
 
 
 def set_num_threads(num_threads):
-    """Sets how many CPU threads sketchcore (its own loops and its BLAS) may use (≥ 1)."""
+    """Sets how many CPU threads sketchcore's own loops and its own BLAS may use (≥ 1). GEMMs
+    that run in NumPy's or torch's BLAS (see :func:`set_cpu_blas`) follow that framework's
+    thread setting."""
     if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
         raise TypeError(f"set_num_threads: num_threads: expected an int, got {type(num_threads).__name__}")
     num_threads = num_threads.__index__()

@@ -57,3 +57,9 @@ U_, s_, Vt_ = linalg.rsvd(x, 2, sketch="srht", seed=3)
 u_typed: npt.NDArray[np.float32] = U_
 Q_: npt.NDArray[np.float32] = linalg.rangefinder(x, 2)
 print(u_typed.shape, s_.shape, Vt_.shape, Q_.shape)
+
+sketchcore.set_cpu_blas("own")
+mode: str = sketchcore.get_cpu_blas()
+which: str = sketchcore.cpu_blas_of(x)
+sketchcore.set_cpu_blas("framework")
+print(mode, which)

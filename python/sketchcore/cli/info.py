@@ -29,6 +29,9 @@ def collect() -> dict[str, object]:
     for index in range(sketchcore.cuda_device_count()):
         name = torch.cuda.get_device_name(index) if torch is not None and torch.cuda.is_available() else "CUDA device"
         devices.append(f"cuda:{index} ({name})")
+    cpu_gemms = {"numpy arrays": sketchcore.cpu_blas_of(importlib.import_module("numpy").empty(0))}
+    if torch is not None:
+        cpu_gemms["torch tensors"] = sketchcore.cpu_blas_of(torch.empty(0))
     return {
         "sketchcore": sketchcore.__version__,
         "python": platform.python_version(),
@@ -39,6 +42,7 @@ def collect() -> dict[str, object]:
         "cuda_devices": sketchcore.cuda_device_count(),
         "devices": devices,
         "threads": sketchcore.get_num_threads(),
+        "cpu_gemms": cpu_gemms,
         "tf32": sketchcore.get_allow_tf32(),
         "frameworks": frameworks,
         "environment": {name: os.environ.get(name) for name in _ENVIRONMENT if os.environ.get(name)},
