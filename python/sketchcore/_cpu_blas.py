@@ -76,7 +76,7 @@ def numpy_gemm() -> Optional[Found]:
     numpy = sys.modules.get("numpy")
     if numpy is None or _mode != "framework":
         return None
-    root = os.path.dirname(os.path.abspath(numpy.__file__))
+    root = os.path.dirname(os.path.abspath(str(numpy.__file__)))
     for pattern in (os.path.join(root, os.pardir, "numpy.libs", "*openblas*"), os.path.join(root, ".dylibs", "*openblas*")):
         for path in sorted(glob.glob(pattern)):
             found = _entry_points(os.path.abspath(path), _NUMPY_SYMBOLS)
@@ -91,7 +91,7 @@ def torch_gemm() -> Optional[Found]:
     if torch is None or _mode != "framework":
         return None
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
-        found = _entry_points(os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib", name),
+        found = _entry_points(os.path.join(os.path.dirname(os.path.abspath(str(torch.__file__))), "lib", name),
                               _TORCH_SYMBOLS)
         if found:
             return found
