@@ -153,3 +153,21 @@ def test_installing_a_provider_checks_its_arguments():
         _ops._install_framework_gemm(2, 0, 0, 32, "x")
     with pytest.raises(ValueError, match="got 0 and 16"):
         _ops._install_framework_gemm(0, 0, 0, 16, "x")
+
+
+def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread():
+    """The bindings leave their last call's options current on the thread; the JAX handlers,
+    which XLA may run on that thread, reset them."""
+    jax = pytest.importorskip("jax")
+    import sketchcore.jax as scj
+    calls = []
+    sgemm = fortran_gemm(ctypes.c_int64, ctypes.c_float, calls)
+    dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    _ops._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
+    x, S, U = np.ones((4, 6), np.float32), np.ones((6, 2), np.float32), np.ones((2, 3), np.float32)
+    sketchcore.sketched_matmul(x, S, U)
+    assert len(calls) == 2
+    y = scj.sketched_matmul(jax.numpy.asarray(x), jax.numpy.asarray(S), jax.numpy.asarray(U))
+    np.testing.assert_array_equal(np.asarray(y), np.full((4, 3), 12.0, np.float32))
+    assert len(calls) == 2

@@ -13,6 +13,7 @@
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/errors.hpp"
+#include "sketchcore/execution.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
 #include "xla/ffi/api/ffi.h"
@@ -54,10 +55,14 @@ sketchcore::Epilogue epilogue_of(const ffi::AnyBuffer& bias, bool has_bias, std:
   return e;
 }
 
-/// Runs `body`, turning the core's exceptions into FFI errors (XLA raises them in Python).
+/// Runs `body` under the default execution options (the Python bindings leave the options of
+/// their last call current on their thread, where XLA may run this handler: a CUDA stream or
+/// NumPy's BLAS must not carry over), turning the core's exceptions into FFI errors (XLA
+/// raises them in Python).
 template <class Body>
 ffi::Error guarded(Body&& body) {
   try {
+    const sketchcore::ExecutionScope defaults(sketchcore::ExecutionOptions{});
     body();
     return ffi::Error::Success();
   } catch (const std::invalid_argument& e) {
