@@ -171,3 +171,19 @@ def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread()
     y = scj.sketched_matmul(jax.numpy.asarray(x), jax.numpy.asarray(S), jax.numpy.asarray(U))
     np.testing.assert_array_equal(np.asarray(y), np.full((4, 3), 12.0, np.float32))
     assert len(calls) == 2
+
+
+def test_few_rows_and_large_terms_run_one_provider_gemm_per_term_instead_of_packing():
+    """The term-wise first product (few rows, S of ≥ 64k elements) has no batched entry point
+    in a provider: one GEMM per term, not a packed copy of S per call."""
+    calls = []
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    sgemm = fortran_gemm(ctypes.c_int64, ctypes.c_float, calls)
+    dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
+    _ops._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    S, U = rng.standard_normal((3, 300, 120)).astype(np.float32), rng.standard_normal((3, 120, 7)).astype(np.float32)
+    y = sketchcore.sketched_matmul(x, S, U)
+    assert_close(y, reference(x, S, U), np.float32)
+    assert [call[2:] for call in calls] == [(120, 4, 300)] * 3 + [(7, 4, 360)]  # (m, n, k) column-major

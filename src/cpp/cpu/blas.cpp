@@ -106,49 +106,62 @@ void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, 
   dispatch_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
-#if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
 namespace {
+
+/// C_i = A_i · B_i one GEMM at a time: without a native batched call (a generic CBLAS), and
+/// while a CpuGemmProvider runs the thread's GEMMs (it has no batched entry point).
+template <class T>
+void gemm_batch_loop(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<T>& a, std::int64_t stride_a,
+                     const MatrixOperand<T>& b, std::int64_t stride_b, T* c, std::int64_t ldc, std::int64_t stride_c,
+                     std::int64_t batch) {
+  for (std::int64_t i = 0; i < batch; ++i) {
+    gemm<T>(m, n, k, T(1), MatrixOperand<T>{a.data + i * stride_a, a.transposed, a.ld},
+            MatrixOperand<T>{b.data + i * stride_b, b.transposed, b.ld}, c + i * stride_c, ldc);
+  }
+}
+
+#if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
 template <class T, class CblasGemmBatch>
 void call_gemm_batch(CblasGemmBatch fn, std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<T>& a,
                      std::int64_t stride_a, const MatrixOperand<T>& b, std::int64_t stride_b, T* c, std::int64_t ldc,
                      std::int64_t stride_c, std::int64_t batch) {
+  void* entry = nullptr;
+  if (provider_for<T>(entry)) {
+    gemm_batch_loop(m, n, k, a, stride_a, b, stride_b, c, ldc, stride_c, batch);
+    return;
+  }
   fn(CblasRowMajor, trans(a.transposed), trans(b.transposed), blas_int(m, "rows"), blas_int(n, "columns"),
      blas_int(k, "inner dimension"), T(1), a.data, blas_int(a.ld, "leading dimension"), blas_int(stride_a, "stride"),
      b.data, blas_int(b.ld, "leading dimension"), blas_int(stride_b, "stride"), T(0), c,
      blas_int(ldc, "leading dimension"), blas_int(stride_c, "stride"), blas_int(batch, "batch"));
 }
+#endif
+
 }  // namespace
 
 template <>
 void gemm_batch_strided<float>(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<float>& a,
                                std::int64_t stride_a, const MatrixOperand<float>& b, std::int64_t stride_b, float* c,
                                std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+#if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
   call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_sgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
                   stride_c, batch);
+#else
+  gemm_batch_loop(m, n, k, a, stride_a, b, stride_b, c, ldc, stride_c, batch);
+#endif
 }
+
 template <>
 void gemm_batch_strided<double>(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<double>& a,
                                 std::int64_t stride_a, const MatrixOperand<double>& b, std::int64_t stride_b, double* c,
                                 std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+#if defined(SKETCHCORE_BLAS_HAS_BATCH_STRIDED)
   call_gemm_batch(&SKETCHCORE_BLAS_FN(cblas_dgemm_batch_strided), m, n, k, a, stride_a, b, stride_b, c, ldc,
                   stride_c, batch);
-}
-// A provider set for the calling thread has no batched entry point: the callers loop instead.
-bool blas_has_batched() noexcept { return current_execution().cpu_gemm == nullptr; }
 #else
-template <class T>
-void gemm_batch_strided(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<T>&, std::int64_t,
-                        const MatrixOperand<T>&, std::int64_t, T*, std::int64_t, std::int64_t, std::int64_t) {
-  throw std::logic_error("gemm_batch_strided: this build's CBLAS has no cblas_?gemm_batch_strided");
-}
-template void gemm_batch_strided<float>(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<float>&,
-                                        std::int64_t, const MatrixOperand<float>&, std::int64_t, float*, std::int64_t,
-                                        std::int64_t, std::int64_t);
-template void gemm_batch_strided<double>(std::int64_t, std::int64_t, std::int64_t, const MatrixOperand<double>&,
-                                         std::int64_t, const MatrixOperand<double>&, std::int64_t, double*,
-                                         std::int64_t, std::int64_t, std::int64_t);
-bool blas_has_batched() noexcept { return false; }
+  gemm_batch_loop(m, n, k, a, stride_a, b, stride_b, c, ldc, stride_c, batch);
 #endif
+}
 
 void blas_set_num_threads(int num_threads) noexcept {
 #if defined(SKETCHCORE_BLAS_HAS_SET_NUM_THREADS)

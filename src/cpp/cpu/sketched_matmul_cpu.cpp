@@ -14,8 +14,8 @@
 // that panels would keep in L2 costs less than that.
 //
 // With few rows and T > 1 the first product is one batched-strided BLAS call over the
-// terms (when the CBLAS has cblas_?gemm_batch_strided), so that S need not be packed into
-// Sp on every call.
+// terms (one GEMM per term where the BLAS has no batched call), so that S need not be
+// packed into Sp on every call.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -70,7 +70,7 @@ FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_r
   // once per term. With few rows ((T−1)·rows ≤ 2r) re-reading X is the cheaper of the two,
   // unless S is so small (< 64k elements) that packing it is cheaper than the batched
   // call's own overhead.
-  if (allow_batched && blas_has_batched() && p.d_in * r >= (std::int64_t{1} << 16) &&
+  if (allow_batched && p.d_in * r >= (std::int64_t{1} << 16) &&
       (p.terms - 1) * chunk_rows <= 2 * r) {
     if (auto op = operand_in_place(base, p.d_in, p.rank, S.stride(-2), S.stride(-1))) {
       f.batched = true;

@@ -20,15 +20,12 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const MatrixO
           const MatrixOperand<T>& b, T* c, std::int64_t ldc, T beta = T(0));
 
 /// C_i = A_i · B_i for i < batch, where X_i = X + i · stride_X (elements): one BLAS call
-/// (cblas_?gemm_batch_strided). Only with blas_has_batched(); throws otherwise.
+/// (cblas_?gemm_batch_strided) where the build's CBLAS has it and no CpuGemmProvider is set
+/// for the calling thread, else one GEMM per matrix.
 template <class T>
 void gemm_batch_strided(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixOperand<T>& a,
                         std::int64_t stride_a, const MatrixOperand<T>& b, std::int64_t stride_b, T* c,
                         std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
-
-/// Whether this build's CBLAS exports cblas_?gemm_batch_strided (probed by CMake) and no
-/// CpuGemmProvider is set for the calling thread.
-bool blas_has_batched() noexcept;
 
 /// Sets the BLAS library's thread count where the provider exports openblas_set_num_threads.
 void blas_set_num_threads(int num_threads) noexcept;
