@@ -158,22 +158,44 @@ void apply_sparse(const SketchOperator& op, Side side, bool transpose, const Mat
         }
       }
     });
-  } else {  // right: one output row per input row
-    parallel_for(a.rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n * nnz, 1)),
-                         [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const T* src = a.row(i);
-        T* dst = out.row(i);
-        if (!transpose) {  // (A·S)[i, j] = Σ_k v · A[i, r]
-          for (std::int64_t j = 0; j < n; ++j) {
-            T acc = T(0);
-            for (std::int64_t k = 0; k < nnz; ++k) acc += value(j, k) * src[row_of(j, k)];
-            dst[j] = acc;
+  } else {  // right: blocks of kRows rows, transposed so that each nonzero is one contiguous axpy
+    // Per output element the terms are added in the same order as one row at a time would
+    // (j, then k, ascending): the bits do not depend on the block size or the thread count.
+    constexpr std::int64_t kRows = 64;
+    const std::int64_t blocks = (a.rows + kRows - 1) / kRows;
+    parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+      Scratch<T> a_block(a.cols * kRows), out_block(out.cols * kRows);
+      T* at = a_block.data();    // at[c·w + i] = A[i0 + i, c]
+      T* ot = out_block.data();  // ot[c·w + i] → out[i0 + i, c]
+      for (std::int64_t blk = b0; blk < b1; ++blk) {
+        const std::int64_t i0 = blk * kRows, w = std::min(kRows, a.rows - i0);
+        for (std::int64_t c0 = 0; c0 < a.cols; c0 += kRows) {  // square tiles: both sides stay in L1
+          const std::int64_t c1 = std::min(a.cols, c0 + kRows);
+          for (std::int64_t i = 0; i < w; ++i) {
+            const T* src = a.row(i0 + i);
+            for (std::int64_t c = c0; c < c1; ++c) at[c * w + i] = src[c];
           }
-        } else {  // (A·Sᵀ)[i, r] += v · A[i, j]
-          std::fill(dst, dst + out.cols, T(0));
-          for (std::int64_t j = 0; j < n; ++j) {
-            for (std::int64_t k = 0; k < nnz; ++k) dst[row_of(j, k)] += value(j, k) * src[j];
+        }
+        std::fill(ot, ot + out.cols * w, T(0));
+        for (std::int64_t j = 0; j < n; ++j) {
+          for (std::int64_t k = 0; k < nnz; ++k) {
+            const T v = value(j, k);
+            if (!transpose) {  // (A·S)[i, j] += v · A[i, r]
+              const T* col = at + row_of(j, k) * w;
+              T* dst = ot + j * w;
+              for (std::int64_t i = 0; i < w; ++i) dst[i] += v * col[i];
+            } else {  // (A·Sᵀ)[i, r] += v · A[i, j]
+              const T* col = at + j * w;
+              T* dst = ot + row_of(j, k) * w;
+              for (std::int64_t i = 0; i < w; ++i) dst[i] += v * col[i];
+            }
+          }
+        }
+        for (std::int64_t c0 = 0; c0 < out.cols; c0 += kRows) {
+          const std::int64_t c1 = std::min(out.cols, c0 + kRows);
+          for (std::int64_t i = 0; i < w; ++i) {
+            T* dst = out.row(i0 + i);
+            for (std::int64_t c = c0; c < c1; ++c) dst[c] = ot[c * w + i];
           }
         }
       }
