@@ -168,7 +168,8 @@ def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread()
     x, S, U = np.ones((4, 6), np.float32), np.ones((6, 2), np.float32), np.ones((2, 3), np.float32)
     sketchcore.sketched_matmul(x, S, U)
     assert len(calls) == 2
-    y = scj.sketched_matmul(jax.numpy.asarray(x), jax.numpy.asarray(S), jax.numpy.asarray(U))
+    with jax.default_device(jax.devices("cpu")[0]):  # the handlers are CPU ones (a GPU machine defaults to its GPU)
+        y = scj.sketched_matmul(jax.numpy.asarray(x), jax.numpy.asarray(S), jax.numpy.asarray(U))
     np.testing.assert_array_equal(np.asarray(y), np.full((4, 3), 12.0, np.float32))
     assert len(calls) == 2
 
