@@ -75,9 +75,8 @@ def current_stream(obj: Any) -> int:
     ``current_stream``, CuPy's ``get_current_stream``, else 0 (the legacy default stream)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 µs; the public API takes 3
-        if raw_stream is not None:
-            return int(raw_stream(obj.get_device()))
+        # Tensor subclasses only: the bindings read plain tensors' stream themselves, faster
+        # (sketchcore._dlpack.torch_current_stream).
         return int(torch.cuda.current_stream(obj.device).cuda_stream)
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(obj, cupy.ndarray):

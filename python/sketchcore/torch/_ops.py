@@ -174,7 +174,7 @@ def sklinear_backward_blocks(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, term
     dU2 = (dS[-T:].clone() if need_S1 else dS[-T:]) if need_U2 else None
     dU1 = dU[:T] if need_U1 else None
     dS2 = (dU[-T:].clone() if need_U1 else dU[-T:]) if need_S2 else None
-    return dx if need_x else None, dS1, dS2, dU1, dU2, db if need_b else None
+    return dx, dS1, dS2, dU1, dU2, db  # dx and db are None unless requested (see names)
 
 
 def sklinear_backward(grad: Tensor, x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, z: Tensor,
