@@ -60,16 +60,25 @@ def test_fused_forward_vs_two_bare_gemms(operands, paired):
            timed(lambda: torch.mm(torch.mm(x, S, out=z), U, out=out)), pairs=7, calls=5, target=1 / 1.1)
 
 
-def test_fused_forward_vs_dense(operands, paired):
+@pytest.fixture(params=[False, True], ids=["heuristic", "tuned"])
+def gemm_tuning(request):
+    """Runs a benchmark with cuBLASLt's first-ranked algorithms (the default) and again with
+    sketchcore.set_gemm_tuning(True), which times the candidates of each shape once."""
+    sketchcore.set_gemm_tuning(request.param)
+    yield "tuned GEMMs" if request.param else "heuristic GEMMs"
+    sketchcore.set_gemm_tuning(False)
+
+
+def test_fused_forward_vs_dense(operands, paired, gemm_tuning):
     """Target: ≥ 0.7 × the FLOP ratio d_in·d_out / (T·k·(d_in + d_out)) vs relu(x @ W + b)."""
     x, S, U, W, b, out = operands
     flop_ratio = D_IN * D_OUT / (TERMS * RANK * (D_IN + D_OUT))
-    paired(GROUP, "fused fwd", "dense relu(x@W+b)",
+    paired(f"{GROUP}, {gemm_tuning}", "fused fwd", "dense relu(x@W+b)",
            timed(lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", scale=0.5, out=out)),
            timed(lambda: torch.relu(torch.addmm(b, x, W))), pairs=7, calls=5, target=0.7 * flop_ratio)
 
 
-def test_sklinear_forward_backward_vs_panther(paired):
+def test_sklinear_forward_backward_vs_panther(paired, gemm_tuning):
     """Target: SKLinear forward+backward ≥ 2× faster than Panther's algorithm in torch eager."""
     from test_bench_torch import PantherLinear  # Panther's forward and backward, operation for operation
 
@@ -84,7 +93,7 @@ def test_sklinear_forward_backward_vs_panther(paired):
     def panther():
         PantherLinear.apply(x, params[0], params[1], ours.U1s, ours.U2s, bias).sum().backward()
 
-    paired(f"CUDA bf16 SKLinear {ROWS}x{D_IN}->{D_OUT} T{terms}xk{rank}", "SKLinear fwd+bwd",
+    paired(f"CUDA bf16 SKLinear {ROWS}x{D_IN}->{D_OUT} T{terms}xk{rank}, {gemm_tuning}", "SKLinear fwd+bwd",
            "Panther algorithm fwd+bwd", timed(lambda: ours(x).sum().backward()), timed(panther), pairs=7, calls=3,
            target=2.0)
 
@@ -133,16 +142,17 @@ def graphed(fn):
     return run
 
 
-def test_graphed_fused_forward_vs_dense(operands, paired):
+def test_graphed_fused_forward_vs_dense(operands, paired, gemm_tuning):
     """Reported, no target of its own: the dense comparison with both sides in CUDA graphs, so
-    that neither side's host overhead shows (the eager target above is host-bound on VMs)."""
+    that neither side's host overhead shows (the eager target above is host-bound on VMs).
+    Tuned: the warm-up before the capture tunes the shapes; the capture replays those plans."""
     x, S, U, W, b, out = operands
-    paired(GROUP + " in CUDA graphs", "fused fwd", "dense relu(x@W+b)",
+    paired(f"{GROUP} in CUDA graphs, {gemm_tuning}", "fused fwd", "dense relu(x@W+b)",
            graphed(lambda: sketchcore.sketched_matmul(x, S, U, bias=b, activation="relu", scale=0.5, out=out)),
            graphed(lambda: torch.relu(torch.addmm(b, x, W))), pairs=7, calls=5)
 
 
-def test_graphed_sklinear_forward_backward_vs_panther(paired):
+def test_graphed_sklinear_forward_backward_vs_panther(paired, gemm_tuning):
     """Reported, no target of its own: SKLinear's training step against Panther's algorithm with
     both captured in CUDA graphs (forward, backward and gradient accumulation), device time only."""
     from test_bench_torch import PantherLinear

@@ -69,6 +69,31 @@ def test_captured_forward_replays_on_new_inputs(dtype, allocator):
         sketchcore.memory.set_device_allocator("sketchcore")
 
 
+def test_capture_with_gemm_tuning_uses_untimed_plans_and_tunes_later():
+    """Tuning synchronises, which a capture forbids: a shape first met inside a capture gets the
+    heuristic's plan (the capture stays valid and replays correctly), and the first eager call
+    after it still tunes the shape (its result keeps the tolerance)."""
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    kw = {"device": "cuda", "dtype": torch.float32, "generator": gen}
+    x, S, U = torch.randn(211, 83, **kw), torch.randn(2, 83, 13, **kw) / 9, torch.randn(2, 13, 59, **kw) / 4
+    sketchcore.set_gemm_tuning(True)
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):  # no warm-up: the shape is new to the capture
+            y = sketchcore.sketched_matmul(x, S, U, activation="relu")
+        x.copy_(torch.randn(211, 83, **kw))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = sketchcore.sketched_matmul(x, S, U, activation="relu")  # tunes the shape now
+    finally:
+        sketchcore.set_gemm_tuning(False)
+    expected = reference(as64(x), as64(S), as64(U), None, "relu")
+    assert relative_error(as64(y), expected) <= TOLERANCE[torch.float32]
+    assert relative_error(as64(eager), expected) <= TOLERANCE[torch.float32]
+
+
 def test_captured_sklinear_forward_matches_eager():
     from sketchcore.torch import SKLinear
     layer = SKLinear(128, 64, num_terms=2, low_rank=8, activation="relu").cuda().eval()

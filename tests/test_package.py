@@ -37,6 +37,31 @@ def test_thread_count_round_trips():
     assert sketchcore.get_num_threads() == before
 
 
+@pytest.mark.parametrize(("setter", "getter", "argument"),
+                         [(sketchcore.set_allow_tf32, sketchcore.get_allow_tf32, "allow"),
+                          (sketchcore.set_gemm_tuning, sketchcore.get_gemm_tuning, "tune")])
+def test_cuda_switches_are_off_by_default_round_trip_and_take_only_bools(setter, getter, argument):
+    assert getter() is False
+    try:
+        setter(True)
+        assert getter() is True
+    finally:
+        setter(False)
+    assert getter() is False
+    with pytest.raises(TypeError, match=rf"{setter.__name__}: {argument}: expected a bool, got int"):
+        setter(1)
+    assert getter() is False
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("0", False), ("", False)])
+def test_gemm_tuning_can_be_switched_on_from_the_environment(value, expected):
+    import subprocess
+    env = {**os.environ, "SKETCHCORE_TUNE_GEMMS": value}
+    result = subprocess.run([sys.executable, "-c", "import sketchcore; print(sketchcore.get_gemm_tuning())"],
+                            env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == str(expected)
+
+
 def _package_files():
     files = importlib.metadata.files("sketchcore") or []
     return [str(f) for f in files]

@@ -112,7 +112,7 @@ tests() {
 
 sanitize() {
   command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
-  local rc=0 subset="forward_matches and (float16 or float32) or backward_matches or dropout_mask or misaligned"
+  local rc=0 subset="forward_matches and (float16 or float32) or backward_matches or dropout_mask or misaligned or tuned_gemms or gemm_tuning"
   # No --leak-check: torch keeps tensors and its cached blocks until exit (all 490 "leaks" of the
   # first run were torch's cudaMalloc); the pool's balance is asserted by the tests instead.
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \

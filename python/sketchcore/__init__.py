@@ -30,7 +30,7 @@ from sketchcore import linalg, memory, sketch  # noqa: E402
 from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
-from sketchcore._cuda import get_allow_tf32, set_allow_tf32  # noqa: E402
+from sketchcore._cuda import get_allow_tf32, get_gemm_tuning, set_allow_tf32, set_gemm_tuning  # noqa: E402
 from sketchcore._ops import (  # noqa: E402
     activation_names,
     build_info,
@@ -63,12 +63,14 @@ __all__ = [
     "cuda_device_count",
     "get_allow_tf32",
     "get_cpu_blas",
+    "get_gemm_tuning",
     "get_num_threads",
     "linalg",
     "memory",
     "sketch",
     "set_allow_tf32",
     "set_cpu_blas",
+    "set_gemm_tuning",
     "set_num_threads",
     "sketched_matmul",
     "sketched_matmul_backward",

@@ -40,13 +40,13 @@ inline void raise_py_error() {
   }
 }
 
-/// Makes (stream, allow_tf32, cpu_gemm) the calling thread's execution options for the calls
-/// that follow on this thread (the bindings set them before every call).
-inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32,
-                                 const sketchcore::CpuGemmProvider* cpu_gemm) noexcept {
+/// Makes (stream, allow_tf32, cpu_gemm, tune_gemms) the calling thread's execution options for
+/// the calls that follow on this thread (the bindings set them before every call).
+inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32, const sketchcore::CpuGemmProvider* cpu_gemm,
+                                 bool tune_gemms) noexcept {
   static thread_local std::optional<sketchcore::ExecutionScope> scope;
   scope.reset();
-  scope.emplace(sketchcore::ExecutionOptions{reinterpret_cast<void*>(stream), allow_tf32, cpu_gemm});
+  scope.emplace(sketchcore::ExecutionOptions{reinterpret_cast<void*>(stream), allow_tf32, cpu_gemm, tune_gemms});
 }
 
 /// The BLAS of each framework whose arrays the bindings take (see sketchcore._cpu_blas):

@@ -7,6 +7,7 @@ import importlib.util
 import os
 
 _allow_tf32 = False
+_tune_gemms = os.environ.get("SKETCHCORE_TUNE_GEMMS", "0") not in ("", "0")
 _cublaslt_searched = False
 
 
@@ -22,6 +23,24 @@ def set_allow_tf32(allow: bool) -> None:
 def get_allow_tf32() -> bool:
     """Whether float32 GEMMs on CUDA devices may use TF32."""
     return _allow_tf32
+
+
+def set_gemm_tuning(tune: bool) -> None:
+    """Times cuBLASLt's candidate algorithms (up to 8) for each CUDA GEMM shape at its first
+    call, synchronising the stream once per candidate, and keeps the fastest for the rest of
+    the process. Off by default (or set ``SKETCHCORE_TUNE_GEMMS=1``): the heuristic's choice is
+    reproducible, while a timed choice may differ between processes and with it the last bits
+    of the results. GEMMs inside a CUDA graph capture use the heuristic's choice. Applies to
+    calls made after it, in every thread."""
+    global _tune_gemms
+    if not isinstance(tune, bool):
+        raise TypeError(f"set_gemm_tuning: tune: expected a bool, got {type(tune).__name__}")
+    _tune_gemms = tune
+
+
+def get_gemm_tuning() -> bool:
+    """Whether CUDA GEMM shapes are timed and tuned at their first call (see set_gemm_tuning)."""
+    return _tune_gemms
 
 
 def preload_cublaslt() -> None:

@@ -113,10 +113,10 @@ cdef int _enter(object x, object stream) except -1:
     cdef int framework
     if stream is not None:
         _cuda.preload_cublaslt()
-        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL)
+        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
         return 0
     framework = _framework_of(x)
-    core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL)
+    core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL, False)
     return 0
 
 

@@ -139,7 +139,8 @@ cdef extern from "sketchcore/execution.hpp" namespace "sketchcore" nogil:
 
 
 cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
-    void set_thread_execution(uintptr_t stream, cbool allow_tf32, const CpuGemmProvider* cpu_gemm)
+    void set_thread_execution(uintptr_t stream, cbool allow_tf32, const CpuGemmProvider* cpu_gemm,
+                              cbool tune_gemms)
     CpuGemmProvider& framework_gemm(int framework)
     ctypedef void* (*DeviceAllocateCallback)(void* owner, size_t nbytes, int device, uintptr_t stream, string* error)
     ctypedef void (*DeviceDeallocateCallback)(void* owner, void* block, size_t nbytes, int device, uintptr_t stream)

@@ -1,5 +1,6 @@
 #include "lt_gemm.cuh"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cublaslt_api.hpp"
 #include "cuda_common.cuh"
@@ -19,6 +21,8 @@ namespace sketchcore::cuda {
 namespace {
 
 constexpr std::size_t kMaxWorkspace = std::size_t{32} << 20;  // cuBLASLt's advice for Hopper
+constexpr int kCandidates = 8;       // algorithms timed per shape when tuning (the heuristic's top ones)
+constexpr int kTimedRuns = 5;        // event-timed launches of each candidate, after one warm-up
 
 int data_type(DType dtype) {
   switch (dtype) {
@@ -62,9 +66,9 @@ struct Descriptors {
   }
 };
 
-/// Everything the heuristic's choice depends on.
+/// Everything the heuristic's choice depends on, and whether the plan was tuned.
 using PlanKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t,
-                           std::int64_t, std::int64_t, std::uint32_t, std::array<std::uint32_t, 4>>;
+                           std::int64_t, std::int64_t, std::uint32_t, std::array<std::uint32_t, 4>, bool>;
 
 struct PlanCache {
   std::mutex mutex;
@@ -98,6 +102,54 @@ template <class V>
 void set(lt::Preference preference, int attribute, const V& value) {
   lt::check(lt::api().preference_set_attribute(preference, attribute, &value, sizeof(value)),
             "cublasLtMatmulPreferenceSetAttribute");
+}
+
+/// One timed launch pattern: `launch(algo)` enqueues the GEMM with that algorithm on `stream`.
+struct Timer {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Timer() {
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  ~Timer() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+};
+
+/// The fastest of `candidates` on this machine: each is launched once to warm up, then
+/// kTimedRuns times between two events on `stream`; the stream is synchronised once per
+/// candidate. A candidate whose launch fails is passed over; the heuristic's first stays
+/// the answer if every other one is slower.
+template <class Launch>
+lt::HeuristicResult fastest_candidate(const std::vector<lt::HeuristicResult>& candidates, cudaStream_t stream,
+                                      Launch&& launch) {
+  Timer timer;
+  std::size_t best = 0;
+  float best_ms = -1.0f;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (launch(candidates[i]) != lt::kSuccess) continue;
+    check(cudaEventRecord(timer.start, stream), "cudaEventRecord");
+    bool launched = true;
+    for (int run = 0; run < kTimedRuns && launched; ++run) launched = launch(candidates[i]) == lt::kSuccess;
+    check(cudaEventRecord(timer.stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(timer.stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, timer.start, timer.stop), "cudaEventElapsedTime");
+    if (launched && (best_ms < 0.0f || ms < best_ms)) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  return candidates[best];
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace
@@ -144,7 +196,10 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
 
   const std::array<std::uint32_t, 4> alignments{alignment_of(b.data), alignment_of(a.data), alignment_of(c),
                                                 alignment_of(epilogue.bias ? epilogue.bias : c)};
-  const PlanKey key{device, type, compute, m, n, k, a.transposed, b.transposed, a.ld, b.ld, ldc, code, alignments};
+  // Tuning times candidates into C, so only where C is not also an input (beta = 0). Tuned
+  // plans are cached apart from the heuristic's.
+  const bool tune = current_execution().tune_gemms && beta == 0.0;
+  const PlanKey key{device, type, compute, m, n, k, a.transposed, b.transposed, a.ld, b.ld, ldc, code, alignments, tune};
   lt::HeuristicResult plan{};
   bool cached = false;
   {
@@ -155,6 +210,9 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
       cached = true;
     }
   }
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  const void* alpha_p = is_double ? static_cast<const void*>(&alpha) : &alpha_f;
+  const void* beta_p = is_double ? static_cast<const void*>(&beta) : &beta_f;
   if (!cached) {
     lt::check(api.preference_create(&d.preference), "cublasLtMatmulPreferenceCreate");
     set(d.preference, lt::kPrefMaxWorkspaceBytes, static_cast<std::uint64_t>(kMaxWorkspace));
@@ -162,22 +220,36 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
     set(d.preference, lt::kPrefMinAlignmentB, alignments[1]);
     set(d.preference, lt::kPrefMinAlignmentC, alignments[2]);
     set(d.preference, lt::kPrefMinAlignmentD, alignments[2]);
+    // Inside a graph capture nothing may synchronise: an untuned shape there gets the
+    // heuristic's plan, not remembered, so that a later eager call still tunes it.
+    const bool timing_allowed = !tune || !capturing(stream);
+    std::vector<lt::HeuristicResult> candidates(tune && timing_allowed ? kCandidates : 1);
     int returned = 0;
-    lt::check(api.algo_get_heuristic(handle_for(device), d.desc, d.a, d.b, d.c, d.c, d.preference, 1, &plan,
-                                     &returned),
+    lt::check(api.algo_get_heuristic(handle_for(device), d.desc, d.a, d.b, d.c, d.c, d.preference,
+                                     static_cast<int>(candidates.size()), candidates.data(), &returned),
               "cublasLtMatmulAlgoGetHeuristic");
-    if (returned == 0 || plan.state != lt::kSuccess) {
+    if (returned == 0 || candidates[0].state != lt::kSuccess) {
       throw cuda_error("sketchcore: cuBLASLt offers no algorithm for a " + std::to_string(m) + "×" + std::to_string(k) +
                        "·" + std::to_string(k) + "×" + std::to_string(n) + " " + dtype_name(dtype) + " GEMM");
     }
-    std::lock_guard<std::mutex> lock(plan_cache().mutex);
-    plan_cache().plans.emplace(key, plan);
+    candidates.resize(static_cast<std::size_t>(returned));
+    plan = candidates[0];
+    if (candidates.size() > 1) {
+      std::size_t most_workspace = 0;
+      for (const auto& candidate : candidates) most_workspace = std::max(most_workspace, candidate.workspace_size);
+      DeviceBuffer workspace(device, most_workspace, stream);
+      plan = fastest_candidate(candidates, stream, [&](const lt::HeuristicResult& candidate) {
+        return api.matmul(handle_for(device), d.desc, alpha_p, b.data, d.a, a.data, d.b, beta_p, c, d.c, c, d.c,
+                          &candidate.algo, workspace.as<void>(), candidate.workspace_size, stream);
+      });
+    }
+    if (timing_allowed) {
+      std::lock_guard<std::mutex> lock(plan_cache().mutex);
+      plan_cache().plans.emplace(key, plan);
+    }
   }
 
   DeviceBuffer workspace(device, plan.workspace_size, stream);
-  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-  const void* alpha_p = is_double ? static_cast<const void*>(&alpha) : &alpha_f;
-  const void* beta_p = is_double ? static_cast<const void*>(&beta) : &beta_f;
   lt::check(api.matmul(handle_for(device), d.desc, alpha_p, b.data, d.a, a.data, d.b, beta_p, c, d.c, c, d.c, &plan.algo,
                        workspace.as<void>(), plan.workspace_size, stream),
             "cublasLtMatmul");

@@ -11,7 +11,7 @@ import sketchcore
 
 _FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
 _ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
-                "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+                "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "SKETCHCORE_TUNE_GEMMS")
 
 
 def collect() -> dict[str, object]:
@@ -44,6 +44,7 @@ def collect() -> dict[str, object]:
         "threads": sketchcore.get_num_threads(),
         "cpu_gemms": cpu_gemms,
         "tf32": sketchcore.get_allow_tf32(),
+        "gemm_tuning": sketchcore.get_gemm_tuning(),
         "frameworks": frameworks,
         "environment": {name: os.environ.get(name) for name in _ENVIRONMENT if os.environ.get(name)},
     }

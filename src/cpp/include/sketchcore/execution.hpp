@@ -37,6 +37,12 @@ struct ExecutionOptions {
   /// The BLAS of the CPU GEMMs (must outlive the calls made under these options); nullptr:
   /// the BLAS sketchcore was built with. Batched GEMMs are not used while one is set.
   const CpuGemmProvider* cpu_gemm = nullptr;
+  /// Times the candidate algorithms of each CUDA GEMM shape at its first call (up to 8 of
+  /// cuBLASLt's, the stream synchronised once per candidate) and keeps the fastest for the
+  /// process. Off by default: the heuristic's choice is reproducible, a timed choice may
+  /// differ between processes and with it the last bits of results. Not done for GEMMs that
+  /// accumulate into their output or while the stream is being captured into a CUDA graph.
+  bool tune_gemms = false;
 };
 
 /// The calling thread's current options (the defaults unless an ExecutionScope is active).
