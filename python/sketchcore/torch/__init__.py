@@ -1,5 +1,6 @@
 """PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
-drop-in for Panther's sketched linear layer; ``LowRankLinear``; and model compression
+drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution;
+``LowRankLinear``; and model compression
 (``sketch_model``, ``restore_model``) with near-optimal (SVD) conversions.
 
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
@@ -10,11 +11,12 @@ fullgraph=True)`` traces them without graph breaks, and they pass
 """
 from __future__ import annotations
 
+from sketchcore.torch._conv import SKConv2d, sketched_conv2d
 from sketchcore.torch._convert import ConversionReport, LayerReport, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "SKLinear", "restore_model", "sketch_model",
-           "sketched_linear", "sklinear"]
+__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "SKConv2d", "SKLinear", "restore_model",
+           "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]

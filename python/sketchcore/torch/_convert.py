@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from sketchcore.torch import _factors
+from sketchcore.torch._conv import SKConv2d, _check_convertible
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 
@@ -21,13 +22,13 @@ class LayerReport:
     """One converted (or kept) layer: what it became and what it costs."""
 
     name: str
-    kind: str  #: "SKLinear", "LowRankLinear", or "kept dense"
-    in_features: int
+    kind: str  #: "SKLinear", "SKConv2d", "LowRankLinear", or "kept dense"
+    in_features: int  #: in_channels·kh·kw for a convolution
     out_features: int
-    rank: int  #: k per term for SKLinear (2·T·k in total), the rank for LowRankLinear, 0 when kept
+    rank: int  #: k per term for SKLinear/SKConv2d (2·T·k in total), the rank for LowRankLinear, 0 when kept
     params_before: int
     params_after: int
-    flops_before: int  #: multiply-adds × 2 per input row
+    flops_before: int  #: multiply-adds × 2 per input row (per output pixel for a convolution)
     flops_after: int
     weight_error: float  #: ‖W_new − W‖_F / ‖W‖_F
     original: Optional[nn.Module] = field(default=None, repr=False)  #: the replaced module
@@ -88,7 +89,8 @@ def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Opt
     """The rank (per term for SKLinear) and, when the layer should stay dense, the reason."""
     n_in, n_out = M.shape
     dense = n_in * n_out
-    per_rank = (n_in + n_out) * (num_terms if layer == "sklinear" else 1)  # learnable parameters per unit of rank
+    # learnable parameters per unit of rank
+    per_rank = {"sklinear": (n_in + n_out) * num_terms, "skconv2d": 2 * num_terms * n_in}.get(layer, n_in + n_out)
     if low_rank is not None:
         return low_rank, ""
     if param_ratio is not None:
@@ -96,7 +98,7 @@ def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Opt
         return (rank, "") if rank >= 1 else (0, f"no rank ≥ 1 fits param_ratio={param_ratio}")
     assert tolerance is not None
     rank, _ = _factors.rank_for_tolerance(M, tolerance)
-    if layer == "sklinear":
+    if layer in ("sklinear", "skconv2d"):
         rank = -(-rank // (2 * num_terms))  # k per term: 2·T·k singular directions
     if rank * per_rank >= dense:
         return 0, f"tolerance {tolerance} needs rank {rank}, not fewer parameters than dense"
@@ -106,7 +108,8 @@ def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Opt
 def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Optional[int] = None, *,
                  tolerance: Optional[float] = None, param_ratio: Optional[float] = None,
                  layer: Literal["sklinear", "lowrank"] = "sklinear", include: Optional[Iterable[str]] = None,
-                 exclude: Optional[Iterable[str]] = None, init: str = "svd", **kwargs: Any) -> ConversionReport:
+                 exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
+                 **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the ``nn.Linear`` layers of ``model`` whose qualified names match a
     pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns).
 
@@ -117,7 +120,11 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     than dense stays dense). ``layer="sklinear"`` (needs ``num_terms``) builds Panther's layer
     with ``init`` ("svd": the best rank-2Tk approximation; "panther": Panther's random-sign
     initialisation); ``layer="lowrank"`` builds :class:`LowRankLinear` from the truncated SVD.
-    Other keyword arguments go to the new layers (``activation``, ``dropout``).
+    Other keyword arguments go to the new layers (``activation``, ``dropout``). With
+    ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers are replaced too, by
+    :class:`SKConv2d` of the same ``num_terms`` and ``init`` (their kernel as an
+    (in·kh·kw) × out matrix is what is approximated); convolutions SKConv2d refuses (groups,
+    padding modes) are reported as kept, with the reason.
 
     Returns a :class:`ConversionReport` (print it for the per-layer table). Modules a pattern
     matches that are not plain ``nn.Linear`` (subclasses such as attention's
@@ -133,6 +140,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     if layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool) or not isinstance(num_terms, int)
                                 or num_terms < 1):
         raise ValueError(f"sketch_model: num_terms: expected an integer ≥ 1 for layer='sklinear', got {num_terms!r}")
+    if conv2d and layer != "sklinear":
+        raise ValueError(f"sketch_model: conv2d: convolutions become SKConv2d, which needs layer='sklinear', "
+                         f"got layer={layer!r}")
     if tolerance is not None and not 0.0 <= tolerance < 1.0:
         raise ValueError(f"sketch_model: tolerance: expected a number in [0, 1), got {tolerance!r}")
     if param_ratio is not None and not 0.0 < param_ratio:
@@ -144,6 +154,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         if not name or (include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include)):
             continue
         if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            continue
+        if conv2d and type(module) is nn.Conv2d:
+            _replace_conv(model, name, module, num_terms, low_rank, tolerance, param_ratio, init, report)
             continue
         if type(module) is not nn.Linear:
             if isinstance(module, nn.Linear):
@@ -166,15 +179,41 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
             new = SKLinear.from_linear(module, num_terms, rank, init=init, **kwargs)
             flops = 2 * 2 * num_terms * rank * (n_in + n_out)
         error = _factors.relative_error(new.weight, module.weight)
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, new)
+        _set_module(model, name, new)
         report.replaced[name] = LayerReport(name, type(new).__name__, n_in, n_out, rank, _params(module), _params(new),
                                             flops_dense, flops, error, module)
     return report
 
 
-_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear}
+def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, low_rank: Optional[int],
+                  tolerance: Optional[float], param_ratio: Optional[float], init: str, report: ConversionReport) -> None:
+    """sketch_model's step for one nn.Conv2d: an SKConv2d, or kept dense with the reason."""
+    M = conv.weight.detach().reshape(conv.out_channels, -1).t()
+    n_in, n_out = M.shape
+    flops_dense = 2 * n_in * n_out
+    try:
+        _check_convertible(conv)  # SKConv2d's own refusals (groups, padding modes)
+        rank, reason = _choose(M, "skconv2d", num_terms, low_rank, tolerance, param_ratio)
+    except ValueError as error:
+        rank, reason = 0, str(error)
+    if reason:
+        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, _params(conv), _params(conv), flops_dense,
+                                       flops_dense, 0.0, None, reason))
+        return
+    new = SKConv2d.fromTorch(conv, num_terms, rank, init=init)
+    _set_module(model, name, new)
+    report.replaced[name] = LayerReport(name, "SKConv2d", n_in, n_out, rank, _params(conv), _params(new), flops_dense,
+                                        2 * 2 * num_terms * rank * (n_in + n_out),
+                                        _factors.relative_error(new.weight, conv.weight), conv)
+
+
+_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -189,18 +228,21 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         config = dict(value)
         cls = _LAYERS[config.pop("sketchcore")]
         config.pop("dropout", None) if cls is LowRankLinear else None
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        old = getattr(parent, child)
+        old = model.get_submodule(name)
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
-        if cls is SKLinear:
-            new: nn.Module = SKLinear(config["in_features"], config["out_features"], config["num_terms"],
-                                      config["low_rank"], bias=config["bias"], activation=config["activation"],
-                                      dropout=config["dropout"], **placement)
+        if cls is SKConv2d:
+            new: nn.Module = SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
+                                      tuple(config["stride"]), tuple(config["padding"]), config["bias"],
+                                      config["num_terms"], config["low_rank"], dilation=tuple(config["dilation"]),
+                                      **placement)
+        elif cls is SKLinear:
+            new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
+                           bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
+                           **placement)
         else:
             new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
                                 activation=config["activation"], **placement)
-        setattr(parent, child, new)
+        _set_module(model, name, new)
     model.load_state_dict(state_dict, strict=strict)
     return model

@@ -87,6 +87,25 @@ def sklinear_factors(M: Tensor, terms: int, rank: int, generator: torch.Generato
     return S1s, S2s, U1s, U2s
 
 
+def skconv_factors(M: Tensor, blocks: int, rank: int, generator: torch.Generator | None = None
+                   ) -> tuple[Tensor, Tensor]:
+    """S (L, in, k) and U1s (L, k, out), L = ``blocks``, such that 1/L Σ_l S_l U1s_l is the best
+    rank-L·k approximation of M (in × out): block l of k singular triplets, largest first,
+    fixes U1s_l = its vᵀ rows and learns S_l = L·U·diag(s). Directions beyond min(in, out) do
+    not exist: their fixed rows are random signs ±1/√k and their learnable columns start at 0."""
+    n_in, n_out = M.shape
+    available = min(n_in, n_out, blocks * rank)
+    U, s, Vt = truncated_svd(M, available)
+    S = torch.zeros(blocks, n_in, rank, dtype=torch.float64)
+    U1s = (torch.randint(0, 2, (blocks, rank, n_out), generator=generator) * 2 - 1).to(torch.float64) / math.sqrt(rank)
+    for block in range(blocks):
+        lo, hi = block * rank, min((block + 1) * rank, available)
+        if lo < hi:
+            U1s[block, :hi - lo] = Vt[lo:hi]
+            S[block, :, :hi - lo] = blocks * U[:, lo:hi] * s[lo:hi]
+    return S, U1s
+
+
 def relative_error(approximation: Tensor, M: Tensor) -> float:
     """‖approximation − M‖_F / ‖M‖_F in float64 (0 for a zero M approximated exactly)."""
     a, m = approximation.detach().to(torch.float64), M.detach().to(torch.float64)
