@@ -1,5 +1,6 @@
 """PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
-drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution;
+drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution; ``RandMultiHeadAttention`` / ``make_performer``,
+its Performer attention;
 ``LowRankLinear``; and model compression
 (``sketch_model``, ``restore_model``) with near-optimal (SVD) conversions.
 
@@ -11,6 +12,7 @@ fullgraph=True)`` traces them without graph breaks, and they pass
 """
 from __future__ import annotations
 
+from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, sketched_conv2d
 from sketchcore.torch._convert import ConversionReport, LayerReport, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
@@ -18,5 +20,5 @@ from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "SKConv2d", "SKLinear", "restore_model",
-           "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]
+__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear",
+           "make_performer", "restore_model", "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]

@@ -1,0 +1,214 @@
+"""``RandMultiHeadAttention``: Panther's Performer (FAVOR+) attention, in time and memory
+linear in the sequence length, exactly causal, with dropout honoured and reproducible features.
+
+Per head (d = head dim, m = features, W the (m, d) orthogonal random features):
+
+* softmax kernel, Panther's positive features: x' = x·d^(-1/4),
+  φ(x) = m^(-1/2)·(exp(x'Wᵀ − |x'|²/2 − c) + 1e-5), with c the maximum of x'Wᵀ over the
+  features for queries, and for keys Panther's maximum over features *and sequence* (a
+  constant per batch and head), except in causal mode, where that maximum would let later
+  tokens change earlier outputs: keys there use c = max_i |W_i|²/2, a bound of the exponent
+  that depends on no token (x'·w − |x'|²/2 ≤ |w|²/2), and no additive 1e-5 (a constant factor
+  of all keys cancels in the ratio below);
+* relu kernel: φ(x) = relu(m^(-1/2)·x Wᵀ) + 1e-5;
+* out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j), over all j, or over j ≤ i when causal.
+
+The normaliser rides along as a column of ones appended to v. Non-causal: φ(K)ᵀ[V 1] once, then
+φ(Q) times it. Causal: chunks of ``_CHUNK`` tokens; each chunk adds its masked (chunk × chunk)
+block to φ(q) times the running state Σ_{j<chunk} φ(k_j)[v_j 1]ᵀ (m × (d+1)), so memory is
+O(L·(m + d) + chunk²) and no output sees a later token (masked products are exact zeros).
+
+Dropout (training only) removes whole keys from the numerator, per batch, head and key and
+shared by all queries (the form attention dropout takes when the attention matrix is never
+formed), rescaled by 1/(1 − p); the normaliser keeps every key, so the expected output is the
+output without dropout. Panther ignores ``dropout``.
+
+The random features W are orthogonal Gaussian blocks (QR of d × d Gaussian blocks, rows scaled
+by the norms of independent Gaussian rows) drawn from sketchcore's counter-based Gaussian
+sketches: a pure function of ``seed``, without touching torch's global RNG (Panther calls
+``torch.manual_seed`` on every construction).
+
+The products run as torch batched GEMMs (one call for all batches and heads): the core's
+sketched GEMM takes one (S, U) pair per call, so heads would be B·H sequential calls.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sketchcore import sketch
+from sketchcore.torch._modules import _check_saved_shape, _positive_int
+
+_CHUNK = 128  # causal block length: the masked block is _CHUNK² per batch and head
+_KERNELS = ("softmax", "relu")
+
+
+def orthogonal_features(num_features: int, dim: int, seed: int, *, dtype=None, device=None) -> Tensor:
+    """(num_features, dim) FAVOR+ features: ⌈m/d⌉ orthogonal d × d blocks (Q of the QR of a
+    Gaussian block, rows kept), each row scaled by the norm of an independent N(0, I_d) row,
+    so rows have the norms of Gaussian rows and are exactly orthogonal within a block. All
+    Gaussians come from ``sketchcore.sketch.gaussian(..., seed=seed)``, in float64."""
+    blocks = -(-num_features // dim)
+    gaussians = sketch.gaussian(blocks * dim + num_features, dim, seed=seed, scale=False).to_dense(
+        like=torch.empty(0, dtype=torch.float64))
+    W = torch.cat([torch.linalg.qr(gaussians[b * dim:(b + 1) * dim])[0].t() for b in range(blocks)])[:num_features]
+    norms = torch.linalg.vector_norm(gaussians[blocks * dim:], dim=1)
+    return (W * norms[:, None]).to(dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+def _features(x: Tensor, W: Tensor, kernel_fn: str, is_query: bool, causal: bool) -> Tensor:
+    """φ(x) for x (B, H, L, d) and W (m, d): (B, H, L, m), in at least float32."""
+    compute = torch.promote_types(x.dtype, torch.float32)
+    x, W = x.to(compute), W.to(compute)
+    m, d = W.shape
+    if kernel_fn == "relu":
+        return F.relu(x @ W.t() / math.sqrt(m)) + 1e-5
+    x = x * d ** -0.25
+    dash = x @ W.t()
+    exponent = dash - x.square().sum(-1, keepdim=True) / 2
+    if is_query:
+        return (torch.exp(exponent - dash.amax(-1, keepdim=True)) + 1e-5) / math.sqrt(m)
+    if causal:  # a bound that depends on no token: x'·w − |x'|²/2 ≤ |w|²/2
+        return torch.exp(exponent - W.square().sum(-1).amax() / 2) / math.sqrt(m)
+    return (torch.exp(exponent - dash.amax(dim=(-1, -2), keepdim=True)) + 1e-5) / math.sqrt(m)
+
+
+def _linear_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    """Σ_j (q_i·k_j) v_j over all j or j ≤ i, for q, k (B, H, L, m) and v (B, H, L, e)."""
+    if not causal:
+        return q @ (k.transpose(-1, -2) @ v)
+    length = q.shape[-2]
+    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])
+    mask = torch.ones(_CHUNK, _CHUNK, dtype=torch.bool, device=q.device).tril()
+    outputs = []
+    for start in range(0, length, _CHUNK):
+        stop = min(start + _CHUNK, length)
+        qc, kc, vc = q[..., start:stop, :], k[..., start:stop, :], v[..., start:stop, :]
+        block = (qc @ kc.transpose(-1, -2)).masked_fill(~mask[:stop - start, :stop - start], 0.0)
+        outputs.append(qc @ state + block @ vc)
+        state = state + kc.transpose(-1, -2) @ vc
+    return torch.cat(outputs, dim=-2)
+
+
+class RandMultiHeadAttention(nn.Module):
+    """Performer attention with Panther's ``RandMultiHeadAttention`` API and parameters
+    (``Wq``, ``Wk``, ``Wv``, ``W0`` (embed, embed), biases ``bq``, ``bk``, ``bv``, ``b0``; the
+    buffer ``projection_matrix`` (m, head_dim)). ``forward(query, key, value)`` takes
+    batch-first (B, L, embed) tensors and returns ``(output, None)`` like Panther. See the
+    module docstring for the kernels, causality, dropout and the features (``seed``, default
+    0, chooses them; Panther's ``SRPE`` argument is not supported)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, num_random_features: int, dropout: float = 0.0,
+                 bias: bool = True, kernel_fn: str = "softmax", iscausal: bool = False, device=None, dtype=None,
+                 *, seed: int = 0):
+        super().__init__()
+        self.embed_dim = _positive_int(embed_dim, "embed_dim")
+        self.num_heads = _positive_int(num_heads, "num_heads")
+        self.num_random_features = _positive_int(num_random_features, "num_random_features")
+        if embed_dim % num_heads:
+            raise ValueError(f"RandMultiHeadAttention: embed_dim: expected a multiple of num_heads = {num_heads}, "
+                             f"got {embed_dim}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"RandMultiHeadAttention: dropout: expected a probability in [0, 1), got {dropout!r}")
+        if kernel_fn not in _KERNELS:
+            raise ValueError(f"RandMultiHeadAttention: kernel_fn: expected 'softmax' or 'relu', got {kernel_fn!r}")
+        if not isinstance(iscausal, bool) or not isinstance(bias, bool):
+            raise ValueError(f"RandMultiHeadAttention: iscausal, bias: expected bools, got {iscausal!r}, {bias!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"RandMultiHeadAttention: seed: expected an integer ≥ 0, got {seed!r}")
+        self.dropout, self.bias, self.kernel_fn, self.causal, self.seed = float(dropout), bias, kernel_fn, iscausal, seed
+        kwargs = {"dtype": dtype or torch.get_default_dtype(), "device": device}
+        for name in ("Wq", "Wk", "Wv", "W0"):
+            weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **kwargs))
+            nn.init.xavier_uniform_(weight)
+            setattr(self, name, weight)
+        for name in ("bq", "bk", "bv", "b0"):
+            setattr(self, name, nn.Parameter(torch.zeros(embed_dim, **kwargs)) if bias else None)
+        self.register_buffer("projection_matrix", orthogonal_features(num_random_features, embed_dim // num_heads,
+                                                                      seed, **kwargs))
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor,
+                attention_mask: Optional[Tensor] = None) -> tuple[Tensor, None]:
+        if attention_mask is not None:
+            raise ValueError("RandMultiHeadAttention: attention_mask: not supported (expected None); "
+                             "use iscausal=True for causal attention")
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3 or t.shape[-1] != self.embed_dim:
+                raise ValueError(f"RandMultiHeadAttention: {name}: expected a batch-first (B, L, {self.embed_dim}) "
+                                 f"tensor, got shape {tuple(t.shape)}")
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ValueError(f"RandMultiHeadAttention: key, value: expected the same (B, S) as each other and "
+                             f"query's B, got {tuple(key.shape)}, {tuple(value.shape)} for query {tuple(query.shape)}")
+        if self.causal and key.shape[1] != query.shape[1]:
+            raise ValueError(f"RandMultiHeadAttention: key: causal attention needs as many keys as queries, got "
+                             f"{key.shape[1]} keys for {query.shape[1]} queries")
+        B, L, E = query.shape
+        H, d = self.num_heads, E // self.num_heads
+
+        def heads(x: Tensor, W: Tensor, b: Optional[Tensor]) -> Tensor:
+            return F.linear(x, W, b).view(B, x.shape[1], H, d).transpose(1, 2)  # (B, H, L, d)
+
+        q, k, v = heads(query, self.Wq, self.bq), heads(key, self.Wk, self.bk), heads(value, self.Wv, self.bv)
+        phi_q = _features(q, self.projection_matrix, self.kernel_fn, True, self.causal)
+        phi_k = _features(k, self.projection_matrix, self.kernel_fn, False, self.causal)
+        v = v.to(phi_q.dtype)
+        if self.training and self.dropout > 0.0:
+            keep = torch.empty(*v.shape[:-1], 1, dtype=v.dtype, device=v.device).bernoulli_(1.0 - self.dropout)
+            v = v * keep / (1.0 - self.dropout)
+        ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+        both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), self.causal)
+        numerator, normaliser = both[..., :d], both[..., d:]
+        tiny = torch.finfo(normaliser.dtype).tiny
+        out = (numerator / normaliser.clamp_min(tiny)).to(query.dtype)
+        out = out.transpose(1, 2).reshape(B, L, E)
+        return F.linear(out, self.W0, self.b0), None
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict."""
+        return {"sketchcore": "RandMultiHeadAttention", "embed_dim": self.embed_dim, "num_heads": self.num_heads,
+                "num_random_features": self.num_random_features, "bias": self.bias, "kernel_fn": self.kernel_fn,
+                "iscausal": self.causal, "dropout": self.dropout, "seed": self.seed}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Checks the saved layer's shape; adopts its kernel, causality, dropout and seed."""
+        _check_saved_shape(self, state, ("embed_dim", "num_heads", "num_random_features", "bias"))
+        self.kernel_fn, self.causal, self.dropout, self.seed = (state["kernel_fn"], state["iscausal"],
+                                                                state["dropout"], state["seed"])
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+                f"num_random_features={self.num_random_features}, kernel_fn={self.kernel_fn!r}, "
+                f"iscausal={self.causal}, dropout={self.dropout}, seed={self.seed}")
+
+
+def make_performer(mha: nn.MultiheadAttention, num_random_features: int, kernel_fn: str = "softmax",
+                   iscausal: bool = False, *, seed: int = 0) -> RandMultiHeadAttention:
+    """A :class:`RandMultiHeadAttention` with ``mha``'s projections, biases and dropout (copied,
+    not shared). Panther's name and arguments. ``mha`` must project q, k and v from the same
+    embedding size (``kdim == vdim == embed_dim``); its ``batch_first`` does not matter, the
+    new layer is batch-first like Panther's."""
+    if not isinstance(mha, nn.MultiheadAttention):
+        raise TypeError(f"make_performer: mha: expected a torch.nn.MultiheadAttention, got {type(mha).__name__}")
+    if not mha._qkv_same_embed_dim:
+        raise ValueError(f"make_performer: mha: expected kdim == vdim == embed_dim = {mha.embed_dim}, got kdim = "
+                         f"{mha.kdim}, vdim = {mha.vdim}")
+    if mha.bias_k is not None:
+        raise ValueError("make_performer: mha: add_bias_kv=True is not supported (expected False)")
+    E = mha.embed_dim
+    weight = mha.in_proj_weight.detach()
+    performer = RandMultiHeadAttention(E, mha.num_heads, num_random_features, mha.dropout,
+                                       mha.in_proj_bias is not None, kernel_fn, iscausal, weight.device, weight.dtype,
+                                       seed=seed)
+    with torch.no_grad():
+        for i, name in enumerate(("Wq", "Wk", "Wv")):
+            getattr(performer, name).copy_(weight[i * E:(i + 1) * E])
+            if mha.in_proj_bias is not None:
+                getattr(performer, "b" + name[1]).copy_(mha.in_proj_bias[i * E:(i + 1) * E])
+        performer.W0.copy_(mha.out_proj.weight)
+        if mha.out_proj.bias is not None and performer.b0 is not None:
+            performer.b0.copy_(mha.out_proj.bias)
+    return performer
