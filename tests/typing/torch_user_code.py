@@ -21,3 +21,16 @@ report: ConversionReport = sketch_model(model, tolerance=0.1, layer="lowrank")
 rank: int = report["0"].rank if "0" in report else 0
 restored: nn.Module = restore_model(model, model.state_dict())
 print(str(report), w.shape, dense, rank, restored)
+
+from sketchcore.torch import RandMultiHeadAttention, SKConv2d, make_performer, sketched_conv2d  # noqa: E402
+
+conv = SKConv2d.fromTorch(nn.Conv2d(3, 8, 3, padding=1), num_terms=1, low_rank=4)
+image: torch.Tensor = conv(torch.ones(1, 3, 8, 8))
+kernel: torch.Tensor = conv.weight
+back: nn.Conv2d = conv.to_conv2d()
+functional: torch.Tensor = sketched_conv2d(torch.ones(1, 3, 8, 8), conv.S1s, conv.U1s, conv.bias, padding=1)
+attention = RandMultiHeadAttention(16, 2, 8, kernel_fn="relu", iscausal=True, seed=1)
+performer = make_performer(nn.MultiheadAttention(16, 2), 8, "softmax", False)
+tokens = torch.ones(1, 5, 16)
+attended, nothing = performer(tokens, tokens, tokens)
+print(image, kernel, back, functional, attention, attended, nothing)

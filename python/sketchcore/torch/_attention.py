@@ -102,6 +102,16 @@ class RandMultiHeadAttention(nn.Module):
     module docstring for the kernels, causality, dropout and the features (``seed``, default
     0, chooses them; Panther's ``SRPE`` argument is not supported)."""
 
+    Wq: nn.Parameter
+    Wk: nn.Parameter
+    Wv: nn.Parameter
+    W0: nn.Parameter
+    bq: Optional[nn.Parameter]
+    bk: Optional[nn.Parameter]
+    bv: Optional[nn.Parameter]
+    b0: Optional[nn.Parameter]
+    projection_matrix: Tensor
+
     def __init__(self, embed_dim: int, num_heads: int, num_random_features: int, dropout: float = 0.0,
                  bias: bool = True, kernel_fn: str = "softmax", iscausal: bool = False, device=None, dtype=None,
                  *, seed: int = 0):

@@ -103,6 +103,10 @@ class SKConv2d(nn.Module):
     framework convolutions (see the module docstring).
     """
 
+    S1s: nn.Parameter
+    U1s: Tensor
+    bias: Optional[nn.Parameter]
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: IntPair = (3, 3), stride: IntPair = (1, 1),
                  padding: Union[str, IntPair] = (1, 1), bias: bool = True, num_terms: int = 6, low_rank: int = 8,
                  layer: Optional[nn.Conv2d] = None, dtype=None, device=None, *, dilation: IntPair = 1,
