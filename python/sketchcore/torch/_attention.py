@@ -14,8 +14,8 @@ Per head (d = head dim, m = features, W the (m, d) orthogonal random features):
 * out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j), over all j, or over j ≤ i when causal.
 
 The normaliser rides along as a column of ones appended to v. Non-causal: φ(K)ᵀ[V 1] once, then
-φ(Q) times it. Causal: chunks of ``_CHUNK`` tokens; each chunk adds its masked (chunk × chunk)
-block to φ(q) times the running state Σ_{j<chunk} φ(k_j)[v_j 1]ᵀ (m × (d+1)), so memory is
+φ(Q) times it. Causal: chunks of ``_CHUNK`` tokens (128 on the CPU, 1024 on CUDA); each chunk
+adds its masked (chunk × chunk) block to φ(q) times the running state Σ_{j<chunk} φ(k_j)[v_j 1]ᵀ (m × (d+1)), so memory is
 O(L·(m + d) + chunk²) and no output sees a later token (masked products are exact zeros).
 
 Dropout (training only) removes whole keys from the numerator, per batch, head and key and
@@ -43,7 +43,9 @@ from torch import Tensor, nn
 from sketchcore import sketch
 from sketchcore.torch._modules import _check_saved_shape, _positive_int
 
-_CHUNK = 128  # causal block length: the masked block is _CHUNK² per batch and head
+# Causal block length: each block costs a masked chunk² product per batch and head plus a few
+# launches, so GPUs (launch-bound at 128) take longer blocks than CPUs.
+_CHUNK = {"cpu": 128, "cuda": 1024}
 _KERNELS = ("softmax", "relu")
 
 
@@ -82,11 +84,12 @@ def _linear_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     if not causal:
         return q @ (k.transpose(-1, -2) @ v)
     length = q.shape[-2]
+    chunk = _CHUNK.get(q.device.type, 128)
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])
-    mask = torch.ones(_CHUNK, _CHUNK, dtype=torch.bool, device=q.device).tril()
+    mask = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     outputs = []
-    for start in range(0, length, _CHUNK):
-        stop = min(start + _CHUNK, length)
+    for start in range(0, length, chunk):
+        stop = min(start + chunk, length)
         qc, kc, vc = q[..., start:stop, :], k[..., start:stop, :], v[..., start:stop, :]
         block = (qc @ kc.transpose(-1, -2)).masked_fill(~mask[:stop - start, :stop - start], 0.0)
         outputs.append(qc @ state + block @ vc)

@@ -82,8 +82,12 @@ def sketched_conv2d(x: Tensor, S1s: Tensor, U1s: Tensor, bias: Optional[Tensor] 
         y = y.view(n, h, w, out).permute(0, 3, 1, 2)
     else:  # NCHW: (out × 2Tk) · (2Tk × h·w) per image
         y = torch.matmul(combine.t(), z.reshape(n, terms * rank, h * w))
-        y = (y if bias is None else y + bias.view(1, out, 1)).view(n, out, h, w)
-    return y if x.dim() == 4 else y.squeeze(0)
+        y = (y if bias is None else y + bias.to(y.dtype).view(1, out, 1)).view(n, out, h, w)
+    if x.dim() == 3:
+        return y.squeeze(0)
+    # the input's memory format, as nn.Conv2d (the convolution may answer channels-last inputs in NCHW)
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    return y.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
 class SKConv2d(nn.Module):
