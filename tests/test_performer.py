@@ -186,7 +186,7 @@ def test_refusals_name_the_argument():
     x = torch.randn(2, 5, 32)
     with pytest.raises(ValueError, match="attention_mask: not supported"):
         layer(x, x, x, attention_mask=torch.ones(2, 5, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="query: expected a batch-first \\(B, L, 32\\) tensor, got shape \\(5, 32\\)"):
+    with pytest.raises(ValueError, match="query: expected a \\(B, L, 32\\) tensor, got shape \\(5, 32\\)"):
         layer(x[0], x, x)
     with pytest.raises(ValueError, match="causal attention needs as many keys as queries"):
         layer(x, x[:, :3], x[:, :3])
@@ -196,3 +196,81 @@ def test_refusals_name_the_argument():
         make_performer(nn.Linear(4, 4), 8)
     with pytest.raises(ValueError, match="kdim == vdim == embed_dim"):
         make_performer(nn.MultiheadAttention(32, 4, kdim=16, vdim=16), 8)
+
+
+def test_multihead_attention_keywords_layout_and_key_padding():
+    torch.manual_seed(6)
+    mha = nn.MultiheadAttention(32, 4, dtype=torch.float64)  # batch_first=False: (L, B, E)
+    seq_first = make_performer(mha, 24, "relu")
+    batch_first = make_performer(mha, 24, "relu")
+    batch_first.batch_first = True
+    x = torch.randn(2, 40, 32, dtype=torch.float64)
+    y, weights = seq_first(x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), need_weights=True)
+    assert weights is None and torch.equal(y.transpose(0, 1), batch_first(x, x, x)[0])
+    padding = torch.zeros(2, 40, dtype=torch.bool)
+    padding[0, 25:] = True
+    padding[1, :3] = True
+    masked = batch_first(x, x, x, key_padding_mask=padding)[0]
+    as_float = torch.zeros(2, 40, dtype=torch.float64).masked_fill(padding, float("-inf"))
+    assert torch.equal(batch_first(x, x, x, key_padding_mask=as_float)[0], masked)
+    for b, keys in ((0, slice(0, 25)), (1, slice(3, 40))):  # the same as attending to the kept keys only
+        alone = batch_first(x[b:b + 1], x[b:b + 1, keys], x[b:b + 1, keys])[0]
+        assert relative_error(masked[b:b + 1], alone) <= 1e-12
+
+
+def test_a_causal_mask_or_is_causal_makes_the_call_causal_and_other_masks_are_refused():
+    layer, x = layer_and_inputs("softmax", False, 50)
+    causal_layer = RandMultiHeadAttention(32, 4, 24, iscausal=True, dtype=torch.float64)
+    causal_layer.load_state_dict(layer.state_dict())
+    causal_layer.causal = True
+    expected = causal_layer(x, x, x)[0]
+    bool_mask = torch.ones(50, 50, dtype=torch.bool).triu(1)
+    float_mask = nn.Transformer.generate_square_subsequent_mask(50, dtype=torch.float64)
+    assert torch.equal(layer(x, x, x, attn_mask=bool_mask)[0], expected)
+    assert torch.equal(layer(x, x, x, attn_mask=float_mask)[0], expected)
+    assert torch.equal(layer(x, x, x, is_causal=True)[0], expected)
+    assert not torch.equal(layer(x, x, x)[0], expected)
+    with pytest.raises(ValueError, match="attn_mask: expected None or the causal \\(50, 50\\) mask"):
+        layer(x, x, x, attn_mask=torch.zeros(50, 50, dtype=torch.bool))
+    with pytest.raises(ValueError, match="key_padding_mask: expected shape \\(2, 50\\)"):
+        layer(x, x, x, key_padding_mask=torch.zeros(2, 49, dtype=torch.bool))
+    with pytest.raises(ValueError, match="key_padding_mask: expected a bool mask or a float one of 0 and −inf"):
+        layer(x, x, x, key_padding_mask=torch.full((2, 50), -1.0, dtype=torch.float64))
+
+
+def _encoder(seed):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, batch_first=True,
+                                       dtype=torch.float64)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=True)
+
+
+def test_sketch_model_turns_a_transformer_encoders_attention_into_performers():
+    from sketchcore.torch import restore_model, sketch_model
+    x = torch.randn(3, 64, 64, dtype=torch.float64)
+    padding = torch.zeros(3, 64, dtype=torch.bool)
+    padding[1, 50:] = True
+    causal = nn.Transformer.generate_square_subsequent_mask(64, dtype=torch.float64)
+    exact = _encoder(7).eval()
+    errors = {}
+    for features in (16, 1024):
+        model = _encoder(7).eval()
+        report = sketch_model(model, attention=features)  # attention only: the feed-forward layers stay
+        assert sorted(report) == ["layers.0.self_attn", "layers.1.self_attn"] and not report.skipped
+        assert report["layers.0.self_attn"].kind == "RandMultiHeadAttention"
+        assert report["layers.0.self_attn"].params_after == report["layers.0.self_attn"].params_before
+        assert all(type(layer.self_attn) is RandMultiHeadAttention and type(layer.linear1) is nn.Linear
+                   for layer in model.layers)
+        with torch.no_grad():  # eval with a padding mask: the encoder's fused path would bypass the Performer
+            y = model(x, src_key_padding_mask=padding)
+            errors[features] = relative_error(y, exact(x, src_key_padding_mask=padding))
+            later = x.clone()
+            later[:, 40:] = 10 * torch.randn_like(later[:, 40:])
+            assert torch.equal(model(x, mask=causal, is_causal=True)[:, :40],
+                               model(later, mask=causal, is_causal=True)[:, :40])
+        restored = restore_model(_encoder(8).eval(), model.state_dict())
+        with torch.no_grad():
+            assert torch.equal(restored(x, src_key_padding_mask=padding), y)
+    assert 0 < errors[1024] < errors[16]
+    with pytest.raises(ValueError, match="attention: expected a number of random features ≥ 1"):
+        sketch_model(_encoder(7), low_rank=2, layer="lowrank", attention=0)

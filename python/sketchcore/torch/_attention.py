@@ -97,6 +97,20 @@ def _linear_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     return torch.cat(outputs, dim=-2)
 
 
+def _kept_keys(key_padding_mask: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """1 for the keys to attend to, 0 for those ``key_padding_mask`` (bool True, or −inf) ignores."""
+    if tuple(key_padding_mask.shape) != tuple(shape):
+        raise ValueError(f"RandMultiHeadAttention: key_padding_mask: expected shape {tuple(shape)} (B, S), got "
+                         f"{tuple(key_padding_mask.shape)}")
+    if key_padding_mask.dtype == torch.bool:
+        return ~key_padding_mask
+    ignored = torch.isneginf(key_padding_mask)
+    if not bool((key_padding_mask[~ignored] == 0).all()):
+        raise ValueError("RandMultiHeadAttention: key_padding_mask: expected a bool mask or a float one of 0 and −inf "
+                         "(Performer attention cannot add other values to scores it never forms)")
+    return ~ignored
+
+
 class RandMultiHeadAttention(nn.Module):
     """Performer attention with Panther's ``RandMultiHeadAttention`` API and parameters
     (``Wq``, ``Wk``, ``Wv``, ``W0`` (embed, embed), biases ``bq``, ``bk``, ``bv``, ``b0``; the
@@ -114,6 +128,12 @@ class RandMultiHeadAttention(nn.Module):
     bv: Optional[nn.Parameter]
     b0: Optional[nn.Parameter]
     projection_matrix: Tensor
+    #: The layout of inputs and outputs: True (Panther's, the default) (B, L, E); False (L, B, E),
+    #: set by make_performer from an ``nn.MultiheadAttention(batch_first=False)``.
+    batch_first: bool = True
+    #: There is no packed in-projection. ``nn.TransformerEncoderLayer`` reads this to decide its
+    #: fused exact-attention fast path; None makes it call this module instead.
+    in_proj_bias: None = None
 
     def __init__(self, embed_dim: int, num_heads: int, num_random_features: int, dropout: float = 0.0,
                  bias: bool = True, kernel_fn: str = "softmax", iscausal: bool = False, device=None, dtype=None,
@@ -144,19 +164,24 @@ class RandMultiHeadAttention(nn.Module):
         self.register_buffer("projection_matrix", orthogonal_features(num_random_features, embed_dim // num_heads,
                                                                       seed, **kwargs))
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor,
-                attention_mask: Optional[Tensor] = None) -> tuple[Tensor, None]:
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, attention_mask: Optional[Tensor] = None, *,
+                key_padding_mask: Optional[Tensor] = None, need_weights: bool = False,
+                attn_mask: Optional[Tensor] = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[Tensor, None]:
+        """Attention of ``query`` over ``key``/``value``: ``(output, None)``. Besides Panther's
+        arguments it takes ``nn.MultiheadAttention``'s keywords, so that it can replace one
+        (``sketch_model(..., attention=m)``): ``key_padding_mask`` (B, S), True or −inf where a
+        key is ignored, is applied exactly; ``attn_mask`` only as the causal mask, and it (or
+        ``is_causal=True``) makes this call causal; the attention weights are never formed,
+        so ``need_weights``/``average_attn_weights`` change nothing and None stands in for them."""
         if attention_mask is not None:
             raise ValueError("RandMultiHeadAttention: attention_mask: not supported (expected None); "
-                             "use iscausal=True for causal attention")
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.dim() != 3 or t.shape[-1] != self.embed_dim:
-                raise ValueError(f"RandMultiHeadAttention: {name}: expected a batch-first (B, L, {self.embed_dim}) "
-                                 f"tensor, got shape {tuple(t.shape)}")
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
-            raise ValueError(f"RandMultiHeadAttention: key, value: expected the same (B, S) as each other and "
-                             f"query's B, got {tuple(key.shape)}, {tuple(value.shape)} for query {tuple(query.shape)}")
-        if self.causal and key.shape[1] != query.shape[1]:
+                             "use iscausal=True or a causal attn_mask for causal attention")
+        if not self.batch_first:  # nn.MultiheadAttention's (L, B, E) layout
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        self._check_shapes(query, key, value)
+        causal = self.causal or self._causal_mask(attn_mask, is_causal, query.shape[1])
+        if causal and key.shape[1] != query.shape[1]:
             raise ValueError(f"RandMultiHeadAttention: key: causal attention needs as many keys as queries, got "
                              f"{key.shape[1]} keys for {query.shape[1]} queries")
         B, L, E = query.shape
@@ -166,31 +191,61 @@ class RandMultiHeadAttention(nn.Module):
             return F.linear(x, W, b).view(B, x.shape[1], H, d).transpose(1, 2)  # (B, H, L, d)
 
         q, k, v = heads(query, self.Wq, self.bq), heads(key, self.Wk, self.bk), heads(value, self.Wv, self.bv)
-        phi_q = _features(q, self.projection_matrix, self.kernel_fn, True, self.causal)
-        phi_k = _features(k, self.projection_matrix, self.kernel_fn, False, self.causal)
+        phi_q = _features(q, self.projection_matrix, self.kernel_fn, True, causal)
+        phi_k = _features(k, self.projection_matrix, self.kernel_fn, False, causal)
+        if key_padding_mask is not None:
+            phi_k = phi_k * _kept_keys(key_padding_mask, key.shape[:2]).to(phi_k.dtype)[:, None, :, None]
         v = v.to(phi_q.dtype)
         if self.training and self.dropout > 0.0:
             keep = torch.empty(*v.shape[:-1], 1, dtype=v.dtype, device=v.device).bernoulli_(1.0 - self.dropout)
             v = v * keep / (1.0 - self.dropout)
         ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-        both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), self.causal)
+        both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), causal)
         numerator, normaliser = both[..., :d], both[..., d:]
         tiny = torch.finfo(normaliser.dtype).tiny
         out = (numerator / normaliser.clamp_min(tiny)).to(query.dtype)
-        out = out.transpose(1, 2).reshape(B, L, E)
-        return F.linear(out, self.W0, self.b0), None
+        out = F.linear(out.transpose(1, 2).reshape(B, L, E), self.W0, self.b0)
+        return (out if self.batch_first else out.transpose(0, 1)), None
+
+    def _check_shapes(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        layout = "(B, L" if self.batch_first else "(L, B"
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3 or t.shape[-1] != self.embed_dim:
+                shape = tuple(t.shape) if self.batch_first else tuple(t.transpose(0, 1).shape)
+                raise ValueError(f"RandMultiHeadAttention: {name}: expected a {layout}, {self.embed_dim}) tensor, "
+                                 f"got shape {shape}")
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ValueError(f"RandMultiHeadAttention: key, value: expected the same (B, S) as each other and "
+                             f"query's B, got {tuple(key.shape)}, {tuple(value.shape)} for query {tuple(query.shape)}")
+
+    @staticmethod
+    def _causal_mask(attn_mask: Optional[Tensor], is_causal: bool, length: int) -> bool:
+        """Whether a call's mask asks for causal attention; any other mask is refused."""
+        if attn_mask is None:
+            return is_causal
+        if is_causal:  # torch's hint: attn_mask is the causal mask
+            return True
+        above = torch.ones(length, length, dtype=torch.bool, device=attn_mask.device).triu(1)
+        masked = attn_mask if attn_mask.dtype == torch.bool else torch.isneginf(attn_mask)
+        finite_zero = attn_mask.dtype == torch.bool or bool((attn_mask[~above] == 0).all())
+        if attn_mask.shape != (length, length) or not torch.equal(masked, above) or not finite_zero:
+            raise ValueError(f"RandMultiHeadAttention: attn_mask: expected None or the causal ({length}, {length}) "
+                             f"mask (Performer attention forms no score matrix to mask), got a {attn_mask.dtype} "
+                             f"mask of shape {tuple(attn_mask.shape)} that is not causal")
+        return True
 
     def get_extra_state(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict."""
         return {"sketchcore": "RandMultiHeadAttention", "embed_dim": self.embed_dim, "num_heads": self.num_heads,
                 "num_random_features": self.num_random_features, "bias": self.bias, "kernel_fn": self.kernel_fn,
-                "iscausal": self.causal, "dropout": self.dropout, "seed": self.seed}
+                "iscausal": self.causal, "dropout": self.dropout, "seed": self.seed, "batch_first": self.batch_first}
 
     def set_extra_state(self, state: Any) -> None:
         """Checks the saved layer's shape; adopts its kernel, causality, dropout and seed."""
         _check_saved_shape(self, state, ("embed_dim", "num_heads", "num_random_features", "bias"))
         self.kernel_fn, self.causal, self.dropout, self.seed = (state["kernel_fn"], state["iscausal"],
                                                                 state["dropout"], state["seed"])
+        self.batch_first = state.get("batch_first", True)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
@@ -201,9 +256,8 @@ class RandMultiHeadAttention(nn.Module):
 def make_performer(mha: nn.MultiheadAttention, num_random_features: int, kernel_fn: str = "softmax",
                    iscausal: bool = False, *, seed: int = 0) -> RandMultiHeadAttention:
     """A :class:`RandMultiHeadAttention` with ``mha``'s projections, biases and dropout (copied,
-    not shared). Panther's name and arguments. ``mha`` must project q, k and v from the same
-    embedding size (``kdim == vdim == embed_dim``); its ``batch_first`` does not matter, the
-    new layer is batch-first like Panther's."""
+    not shared) and layout (``batch_first``). Panther's name and arguments. ``mha`` must
+    project q, k and v from the same embedding size (``kdim == vdim == embed_dim``)."""
     if not isinstance(mha, nn.MultiheadAttention):
         raise TypeError(f"make_performer: mha: expected a torch.nn.MultiheadAttention, got {type(mha).__name__}")
     if not mha._qkv_same_embed_dim:
@@ -216,6 +270,7 @@ def make_performer(mha: nn.MultiheadAttention, num_random_features: int, kernel_
     performer = RandMultiHeadAttention(E, mha.num_heads, num_random_features, mha.dropout,
                                        mha.in_proj_bias is not None, kernel_fn, iscausal, weight.device, weight.dtype,
                                        seed=seed)
+    performer.batch_first = mha.batch_first
     with torch.no_grad():
         for i, name in enumerate(("Wq", "Wk", "Wv")):
             getattr(performer, name).copy_(weight[i * E:(i + 1) * E])

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from sketchcore.torch import _factors
+from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, _check_convertible
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
@@ -22,10 +23,12 @@ class LayerReport:
     """One converted (or kept) layer: what it became and what it costs."""
 
     name: str
-    kind: str  #: "SKLinear", "SKConv2d", "LowRankLinear", or "kept dense"
+    kind: str  #: "SKLinear", "SKConv2d", "LowRankLinear", "RandMultiHeadAttention", or "kept dense"
     in_features: int  #: in_channels·kh·kw for a convolution
     out_features: int
-    rank: int  #: k per term for SKLinear/SKConv2d (2·T·k in total), the rank for LowRankLinear, 0 when kept
+    #: k per term for SKLinear/SKConv2d (2·T·k in total), the rank for LowRankLinear, the number
+    #: of random features for attention, 0 when kept
+    rank: int
     params_before: int
     params_after: int
     flops_before: int  #: multiply-adds × 2 per input row (per output pixel for a convolution)
@@ -90,7 +93,12 @@ def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Opt
     n_in, n_out = M.shape
     dense = n_in * n_out
     # learnable parameters per unit of rank
-    per_rank = {"sklinear": (n_in + n_out) * num_terms, "skconv2d": 2 * num_terms * n_in}.get(layer, n_in + n_out)
+    if layer == "sklinear":
+        per_rank = (n_in + n_out) * num_terms
+    elif layer == "skconv2d":
+        per_rank = 2 * num_terms * n_in
+    else:
+        per_rank = n_in + n_out
     if low_rank is not None:
         return low_rank, ""
     if param_ratio is not None:
@@ -109,11 +117,11 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  tolerance: Optional[float] = None, param_ratio: Optional[float] = None,
                  layer: Literal["sklinear", "lowrank"] = "sklinear", include: Optional[Iterable[str]] = None,
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
-                 **kwargs: Any) -> ConversionReport:
+                 attention: Optional[int] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the ``nn.Linear`` layers of ``model`` whose qualified names match a
     pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns).
 
-    Size: ``low_rank`` (k per term for SKLinear, the rank for LowRankLinear), or
+    Size (needed unless only ``attention`` is given): ``low_rank`` (k per term for SKLinear, the rank for LowRankLinear), or
     ``param_ratio`` (learnable parameters of each new layer / the dense layer's), or
     ``tolerance`` (each layer gets the smallest size whose relative weight error is at most
     ``tolerance``, from its singular values; a layer that cannot meet it with fewer parameters
@@ -124,22 +132,31 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers are replaced too, by
     :class:`SKConv2d` of the same ``num_terms`` and ``init`` (their kernel as an
     (in·kh·kw) × out matrix is what is approximated); convolutions SKConv2d refuses (groups,
-    padding modes) are reported as kept, with the reason.
+    padding modes) are reported as kept, with the reason. With ``attention=m``, plain
+    ``nn.MultiheadAttention`` modules become Performer attention with m random features
+    (:func:`make_performer`, softmax kernel, causal wherever the caller passes a causal mask or
+    ``is_causal``); their projections are copied, so the report shows no weight error, and the
+    ``nn.TransformerEncoder`` holding them stops using its nested-tensor fast path (torch's fused
+    exact attention, which would bypass them).
 
     Returns a :class:`ConversionReport` (print it for the per-layer table). Modules a pattern
     matches that are not plain ``nn.Linear`` (subclasses such as attention's
     ``NonDynamicallyQuantizableLinear``, whose owner reads ``.weight`` directly) are reported as
     skipped, not silently ignored.
     """
-    sizes = [v is not None for v in (low_rank, tolerance, param_ratio)]
-    if sum(sizes) != 1:
-        raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio, got "
-                         f"low_rank={low_rank!r}, tolerance={tolerance!r}, param_ratio={param_ratio!r}")
+    sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
+    attention_only = sizes == 0 and attention is not None and not conv2d
+    if sizes != 1 and not attention_only:
+        raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio (or none with "
+                         f"only attention=), got low_rank={low_rank!r}, tolerance={tolerance!r}, "
+                         f"param_ratio={param_ratio!r}")
     if layer not in ("sklinear", "lowrank"):
         raise ValueError(f"sketch_model: layer: expected 'sklinear' or 'lowrank', got {layer!r}")
-    if layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool) or not isinstance(num_terms, int)
+    if not attention_only and layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool) or not isinstance(num_terms, int)
                                 or num_terms < 1):
         raise ValueError(f"sketch_model: num_terms: expected an integer ≥ 1 for layer='sklinear', got {num_terms!r}")
+    if attention is not None and (isinstance(attention, bool) or not isinstance(attention, int) or attention < 1):
+        raise ValueError(f"sketch_model: attention: expected a number of random features ≥ 1, got {attention!r}")
     if conv2d and layer != "sklinear":
         raise ValueError(f"sketch_model: conv2d: convolutions become SKConv2d, which needs layer='sklinear', "
                          f"got layer={layer!r}")
@@ -150,13 +167,22 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     include = list(include) if include is not None else None
     exclude = list(exclude or ())
     report = ConversionReport()
+    replaced_attention: list[str] = []
     for name, module in list(model.named_modules()):
         if not name or (include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include)):
             continue
         if any(fnmatch.fnmatchcase(name, p) for p in exclude):
             continue
+        if any(name.startswith(prefix + ".") for prefix in replaced_attention):
+            continue  # inside an attention module already replaced (its out_proj)
+        if attention is not None and type(module) is nn.MultiheadAttention:
+            if _replace_attention(model, name, module, attention, report):
+                replaced_attention.append(name)
+            continue
         if conv2d and type(module) is nn.Conv2d:
             _replace_conv(model, name, module, num_terms, low_rank, tolerance, param_ratio, init, report)
+            continue
+        if attention_only:
             continue
         if type(module) is not nn.Linear:
             if isinstance(module, nn.Linear):
@@ -213,7 +239,34 @@ def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, 
                                         _factors.relative_error(new.weight, conv.weight), conv)
 
 
-_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d}
+def _no_fused_encoder(model: nn.Module, attention: nn.Module) -> None:
+    """Turns off the nested-tensor fast path of the nn.TransformerEncoder holding ``attention``:
+    it runs torch's fused exact attention from the first layer's weights, bypassing the module."""
+    for owner in model.modules():
+        if isinstance(owner, nn.TransformerEncoder) and any(m is attention for m in owner.modules()):
+            owner.use_nested_tensor = False
+
+
+def _replace_attention(model: nn.Module, name: str, mha: nn.MultiheadAttention, features: int,
+                       report: ConversionReport) -> bool:
+    """sketch_model's step for one nn.MultiheadAttention: Performer attention, or kept with the reason."""
+    E = mha.embed_dim
+    projections = 2 * 4 * E * E  # per token: q, k, v and output projections (the attention itself grows with L)
+    try:
+        new = make_performer(mha, features)
+    except ValueError as error:
+        report.kept.append(LayerReport(name, "kept dense", E, E, 0, _params(mha), _params(mha), projections,
+                                       projections, 0.0, None, str(error)))
+        return False
+    _set_module(model, name, new)
+    _no_fused_encoder(model, new)
+    report.replaced[name] = LayerReport(name, "RandMultiHeadAttention", E, E, features, _params(mha), _params(new),
+                                        projections, projections, 0.0, mha)
+    return True
+
+
+_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
+           "RandMultiHeadAttention": RandMultiHeadAttention}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -231,6 +284,14 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         old = model.get_submodule(name)
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
+        if cls is RandMultiHeadAttention:
+            attention = RandMultiHeadAttention(config["embed_dim"], config["num_heads"], config["num_random_features"],
+                                               config["dropout"], config["bias"], config["kernel_fn"],
+                                               config["iscausal"], seed=config["seed"], **placement)
+            attention.batch_first = config.get("batch_first", True)
+            _set_module(model, name, attention)
+            _no_fused_encoder(model, attention)
+            continue
         if cls is SKConv2d:
             new: nn.Module = SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
                                       tuple(config["stride"]), tuple(config["padding"]), config["bias"],
