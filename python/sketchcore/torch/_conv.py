@@ -3,8 +3,10 @@
 The layer is ``conv2d(x, S1s)`` (2T·k output channels) followed by the 1×1 combination of its
 2T groups of k channels with the fixed ``U1s``, divided by 2T, plus bias. The first stage is
 the framework's convolution (oneDNN on the CPU, cuDNN on CUDA); the second one GEMM over the
-pixels: (out × 2Tk)·(2Tk × h·w) per image for NCHW, or (pixels × 2Tk)·(2Tk × out) with the bias
-fused for channels-last, whose output stays channels-last. Memory formats, dilation,
+pixels: (out × 2Tk)·(2Tk × h·w) per image for NCHW on the CPU, a 1×1 cuDNN convolution with
+the bias fused for NCHW on CUDA (device time of a training step 13–25% below the batched GEMM's
+on an H100, ``bench/gpu/conv_stage2.py``), or (pixels × 2Tk)·(2Tk × out) with the bias fused
+for channels-last, whose output stays channels-last. Memory formats, dilation,
 unbatched inputs, autocast, autograd and torch.compile follow torch's own rules. Measured
 against the alternatives for the second stage (N=16, 128→128, 28×28, T=1, k=16, CPU,
 forward+backward): this 25.4 ms, a 1×1 convolution 31.2 ms, Panther's ``bmm`` on U expanded
@@ -80,7 +82,9 @@ def sketched_conv2d(x: Tensor, S1s: Tensor, U1s: Tensor, bias: Optional[Tensor] 
         rows = z.permute(0, 2, 3, 1).reshape(-1, terms * rank)  # channels-last: pixels are rows, a view
         y = (torch.mm(rows, combine) if bias is None else torch.addmm(bias, rows, combine))
         y = y.view(n, h, w, out).permute(0, 3, 1, 2)
-    else:  # NCHW: (out × 2Tk) · (2Tk × h·w) per image
+    elif z.is_cuda:  # NCHW on CUDA: a 1×1 cuDNN convolution with the bias fused
+        y = F.conv2d(z, combine.t()[:, :, None, None], bias)
+    else:  # NCHW on the CPU: (out × 2Tk) · (2Tk × h·w) per image
         y = torch.matmul(combine.t(), z.reshape(n, terms * rank, h * w))
         y = (y if bias is None else y + bias.to(y.dtype).view(1, out, 1)).view(n, out, h, w)
     if x.dim() == 3:
