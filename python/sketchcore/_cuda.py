@@ -1,4 +1,4 @@
-"""Host-side settings of the CUDA path: TF32, and finding cuBLASLt (the native library loads
+"""Host-side settings of the CUDA path: TF32, GEMM tuning, and finding cuBLASLt (the native library loads
 it at run time, see src/cuda/cublaslt_api.hpp). Streams: see _framework."""
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ _tune_gemms = os.environ.get("SKETCHCORE_TUNE_GEMMS", "0") not in ("", "0")
 _cublaslt_searched = False
 
 
+def _checked_bool(value: object, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: {name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
 def set_allow_tf32(allow: bool) -> None:
     """Lets float32 GEMMs on CUDA devices use TF32 tensor cores (off by default, so float32
     results are exact to float32 GEMMs). Applies to calls made after it, in every thread."""
     global _allow_tf32
-    if not isinstance(allow, bool):
-        raise TypeError(f"set_allow_tf32: allow: expected a bool, got {type(allow).__name__}")
-    _allow_tf32 = allow
+    _allow_tf32 = _checked_bool(allow, "set_allow_tf32", "allow")
 
 
 def get_allow_tf32() -> bool:
@@ -33,9 +37,7 @@ def set_gemm_tuning(tune: bool) -> None:
     of the results. GEMMs inside a CUDA graph capture use the heuristic's choice. Applies to
     calls made after it, in every thread."""
     global _tune_gemms
-    if not isinstance(tune, bool):
-        raise TypeError(f"set_gemm_tuning: tune: expected a bool, got {type(tune).__name__}")
-    _tune_gemms = tune
+    _tune_gemms = _checked_bool(tune, "set_gemm_tuning", "tune")
 
 
 def get_gemm_tuning() -> bool:
