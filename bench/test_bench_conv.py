@@ -48,7 +48,10 @@ def layers(request):
     bias = ours.bias.detach().clone().requires_grad_()
     with torch.no_grad():
         expected = panther_conv(x, S1s, ours.U1s, bias)
-        assert ((ours(x) - expected).norm() / expected.norm()).item() < 1e-5
+        # On CUDA the 1×1 stage is a cuDNN convolution, TF32 under torch's default
+        # (torch.backends.cudnn.allow_tf32), where Panther's bmm is float32.
+        tolerance = 1e-3 if device == "cuda" and torch.backends.cudnn.allow_tf32 else 1e-5
+        assert ((ours(x) - expected).norm() / expected.norm()).item() < tolerance
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     return f"{group_name(request.param[0])} {device}", ours, dense, x, S1s, bias, sync
 
