@@ -1,5 +1,5 @@
-"""Host-side settings of the CUDA path: TF32, GEMM tuning, and finding cuBLASLt (the native library loads
-it at run time, see src/cuda/cublaslt_api.hpp). Streams: see _framework."""
+"""Host-side settings of the CUDA path: TF32, GEMM tuning, and finding cuBLASLt (the native
+library loads it at run time, see src/cuda/cublaslt_api.hpp). Streams: see _framework."""
 from __future__ import annotations
 
 import ctypes

@@ -104,7 +104,7 @@ void set(lt::Preference preference, int attribute, const V& value) {
             "cublasLtMatmulPreferenceSetAttribute");
 }
 
-/// One timed launch pattern: `launch(algo)` enqueues the GEMM with that algorithm on `stream`.
+/// A start and a stop event, destroyed with it.
 struct Timer {
   cudaEvent_t start = nullptr, stop = nullptr;
   Timer() {

@@ -208,6 +208,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         _set_module(model, name, new)
         report.replaced[name] = LayerReport(name, type(new).__name__, n_in, n_out, rank, _params(module), _params(new),
                                             flops_dense, flops, error, module)
+    if replaced_attention:
+        _no_fused_encoders(model)
     return report
 
 
@@ -239,11 +241,12 @@ def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, 
                                         _factors.relative_error(new.weight, conv.weight), conv)
 
 
-def _no_fused_encoder(model: nn.Module, attention: nn.Module) -> None:
-    """Turns off the nested-tensor fast path of the nn.TransformerEncoder holding ``attention``:
-    it runs torch's fused exact attention from the first layer's weights, bypassing the module."""
+def _no_fused_encoders(model: nn.Module) -> None:
+    """Turns off the nested-tensor fast path of every nn.TransformerEncoder holding Performer
+    attention: it runs torch's fused exact attention from the first layer's weights, bypassing it."""
     for owner in model.modules():
-        if isinstance(owner, nn.TransformerEncoder) and any(m is attention for m in owner.modules()):
+        if isinstance(owner, nn.TransformerEncoder) and any(isinstance(m, RandMultiHeadAttention)
+                                                             for m in owner.modules()):
             owner.use_nested_tensor = False
 
 
@@ -259,7 +262,6 @@ def _replace_attention(model: nn.Module, name: str, mha: nn.MultiheadAttention, 
                                        projections, 0.0, None, str(error)))
         return False
     _set_module(model, name, new)
-    _no_fused_encoder(model, new)
     report.replaced[name] = LayerReport(name, "RandMultiHeadAttention", E, E, features, _params(mha), _params(new),
                                         projections, projections, 0.0, mha)
     return True
@@ -290,7 +292,6 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
                                                config["iscausal"], seed=config["seed"], **placement)
             attention.batch_first = config.get("batch_first", True)
             _set_module(model, name, attention)
-            _no_fused_encoder(model, attention)
             continue
         if cls is SKConv2d:
             new: nn.Module = SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
@@ -305,5 +306,6 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
             new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
                                 activation=config["activation"], **placement)
         _set_module(model, name, new)
+    _no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)
     return model
