@@ -4,7 +4,7 @@ The layer is ``conv2d(x, S1s)`` (2T·k output channels) followed by the 1×1 com
 2T groups of k channels with the fixed ``U1s``, divided by 2T, plus bias. The first stage is
 the framework's convolution (oneDNN on the CPU, cuDNN on CUDA); the second one GEMM over the
 pixels: (out × 2Tk)·(2Tk × h·w) per image for NCHW on the CPU, a 1×1 cuDNN convolution with
-the bias fused for NCHW on CUDA (device time of a training step 13–25% below the batched GEMM's
+the bias fused for NCHW on CUDA (device time of a training step 7–25% below the batched GEMM's
 on an H100, ``bench/gpu/conv_stage2.py``), or (pixels × 2Tk)·(2Tk × out) with the bias fused
 for channels-last, whose output stays channels-last. Memory formats, dilation,
 unbatched inputs, autocast, autograd and torch.compile follow torch's own rules. Measured
