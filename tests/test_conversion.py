@@ -214,10 +214,10 @@ def test_restore_model_rebuilds_a_compressed_model_from_its_state_dict(gen, laye
         sct.restore_model(fresh, torch.load(buffer))
     x = torch.randn(6, 32, generator=gen, dtype=torch.float64)
     torch.testing.assert_close(fresh(x), model(x), rtol=0, atol=0)
-    wrong = dict(model.state_dict())
-    key = next(k for k in wrong if k.endswith("_extra_state"))
-    wrong[key] = dict(wrong[key], in_features=33)
-    with pytest.raises((ValueError, RuntimeError), match="state_dict"):
+    wrong = model.state_dict()
+    name = next(n for n, entry in wrong._metadata.items() if "sketchcore" in entry)
+    wrong._metadata[name]["sketchcore"] = dict(wrong._metadata[name]["sketchcore"], in_features=33)
+    with pytest.raises(RuntimeError, match=r"state_dict: .*in_features=33 \(this layer: 32\)"):
         model.load_state_dict(wrong)
 
 

@@ -162,12 +162,16 @@ def test_make_performer_copies_the_weights_and_state_dict_round_trips():
     with torch.no_grad():
         mha.in_proj_weight.zero_()
     assert performer.Wk.abs().sum() > 0  # copied, not shared
-    other = RandMultiHeadAttention(32, 4, 16)
+    with pytest.raises(RuntimeError, match=r"kernel_fn='relu' \(this layer: 'softmax'\), iscausal=True \(this "
+                                           r"layer: False\), dropout=0.1 \(this layer: 0.0\), seed=3"):
+        RandMultiHeadAttention(32, 4, 16).load_state_dict(performer.state_dict())  # never a silent change
+    other = RandMultiHeadAttention(32, 4, 16, 0.1, kernel_fn="relu", iscausal=True, seed=3)
+    other.batch_first = False
     other.load_state_dict(performer.state_dict())
-    x = torch.randn(2, 10, 32)
+    x = torch.randn(10, 2, 32)
     performer.eval(), other.eval()
-    assert other.causal and other.kernel_fn == "relu" and torch.equal(other(x, x, x)[0], performer(x, x, x)[0])
-    with pytest.raises(ValueError, match="num_random_features"):
+    assert torch.equal(other(x, x, x)[0], performer(x, x, x)[0])
+    with pytest.raises(RuntimeError, match="num_random_features=16 \\(this layer: 17\\)"):
         RandMultiHeadAttention(32, 4, 17).load_state_dict(performer.state_dict())
 
 
@@ -221,8 +225,7 @@ def test_multihead_attention_keywords_layout_and_key_padding():
 def test_a_causal_mask_or_is_causal_makes_the_call_causal_and_other_masks_are_refused():
     layer, x = layer_and_inputs("softmax", False, 50)
     causal_layer = RandMultiHeadAttention(32, 4, 24, iscausal=True, dtype=torch.float64)
-    causal_layer.load_state_dict(layer.state_dict())
-    causal_layer.causal = True
+    causal_layer.load_state_dict(dict(layer.state_dict()))  # the tensors only: a plain dict carries no configuration
     expected = causal_layer(x, x, x)[0]
     bool_mask = torch.ones(50, 50, dtype=torch.bool).triu(1)
     float_mask = nn.Transformer.generate_square_subsequent_mask(50, dtype=torch.float64)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, sketched_conv2d
+from sketchcore.torch._derived_weight import DerivedWeight
 from sketchcore.torch._convert import ConversionReport, LayerReport, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "LayerReport", "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear",
+__all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear",
            "make_performer", "restore_model", "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]

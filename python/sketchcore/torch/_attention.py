@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sketchcore import sketch
-from sketchcore.torch._modules import _check_saved_shape, _positive_int
+from sketchcore.torch._layer_state import SketchedLayer
+from sketchcore.torch._modules import _positive_int
 
 # Causal block length: each block costs a masked chunk² product per batch and head plus a few
 # launches, so GPUs (launch-bound at 128) take longer blocks than CPUs.
@@ -111,7 +112,7 @@ def _kept_keys(key_padding_mask: Tensor, shape: tuple[int, ...]) -> Tensor:
     return ~ignored
 
 
-class RandMultiHeadAttention(nn.Module):
+class RandMultiHeadAttention(SketchedLayer):
     """Performer attention with Panther's ``RandMultiHeadAttention`` API and parameters
     (``Wq``, ``Wk``, ``Wv``, ``W0`` (embed, embed), biases ``bq``, ``bk``, ``bv``, ``b0``; the
     buffer ``projection_matrix`` (m, head_dim)). ``forward(query, key, value)`` takes
@@ -234,18 +235,12 @@ class RandMultiHeadAttention(nn.Module):
                              f"mask of shape {tuple(attn_mask.shape)} that is not causal")
         return True
 
-    def get_extra_state(self) -> dict[str, Any]:
-        """The configuration, saved in the state_dict."""
+    def layer_config(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict's metadata (for ``restore_model``); loading
+        a state_dict saved with another configuration raises."""
         return {"sketchcore": "RandMultiHeadAttention", "embed_dim": self.embed_dim, "num_heads": self.num_heads,
                 "num_random_features": self.num_random_features, "bias": self.bias, "kernel_fn": self.kernel_fn,
                 "iscausal": self.causal, "dropout": self.dropout, "seed": self.seed, "batch_first": self.batch_first}
-
-    def set_extra_state(self, state: Any) -> None:
-        """Checks the saved layer's shape; adopts its kernel, causality, dropout and seed."""
-        _check_saved_shape(self, state, ("embed_dim", "num_heads", "num_random_features", "bias"))
-        self.kernel_fn, self.causal, self.dropout, self.seed = (state["kernel_fn"], state["iscausal"],
-                                                                state["dropout"], state["seed"])
-        self.batch_first = state.get("batch_first", True)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch._modules import _check_saved_shape, _positive_int
+from sketchcore.torch._layer_state import SketchedLayer
+from sketchcore.torch._modules import _positive_int
 
 IntPair = Union[int, tuple[int, int]]
 
@@ -94,7 +95,7 @@ def sketched_conv2d(x: Tensor, S1s: Tensor, U1s: Tensor, bias: Optional[Tensor] 
     return y.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
-class SKConv2d(nn.Module):
+class SKConv2d(SketchedLayer):
     """A sketched 2-D convolution with Panther's ``SKConv2d`` math, names and initialisation:
 
         y = 1/(2T) Σ_l conv1x1(conv2d(x, S1s[l·k:(l+1)·k]), U1s[l]) + b
@@ -173,13 +174,26 @@ class SKConv2d(nn.Module):
         return sketched_conv2d(x, self.S1s, self.U1s, self.bias, stride=self.stride, padding=self.padding,
                                dilation=self.dilation)
 
+    __jit_unused_properties__ = ["weight"]
+
     @property
     def weight(self) -> Tensor:
-        """The dense kernel (out, in, kh, kw) this layer computes, as ``nn.Conv2d.weight``."""
+        """The dense kernel (out, in, kh, kw) this layer computes, as ``nn.Conv2d.weight``: a
+        read-only :class:`~sketchcore.torch.DerivedWeight` (metadata free, the value computed from
+        S1s and U1s on first use; writes and assignment raise)."""
+        return self._derived_weight()
+
+    def _dense_weight(self) -> Tensor:
         L, k = self.U1s.shape[:2]
         S = self.S1s.reshape(L, k, -1).transpose(1, 2)
         M = torch.bmm(S, self.U1s).sum(0) / L
         return M.t().reshape(self.out_channels, self.in_channels, *self.kernel_size)
+
+    def _weight_sources(self) -> tuple[Tensor, ...]:
+        return (self.S1s, self.U1s)
+
+    def _weight_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, self.in_channels, *self.kernel_size)
 
     def to_conv2d(self) -> nn.Conv2d:
         """An ``nn.Conv2d`` computing the same map."""
@@ -191,19 +205,13 @@ class SKConv2d(nn.Module):
                 conv.bias.copy_(self.bias)
         return conv
 
-    def get_extra_state(self) -> dict[str, Any]:
-        """The configuration, saved in the state_dict (for ``restore_model``)."""
+    def layer_config(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict's metadata (for ``restore_model``); loading
+        a state_dict saved with another configuration raises."""
         return {"sketchcore": "SKConv2d", "in_channels": self.in_channels, "out_channels": self.out_channels,
                 "kernel_size": self.kernel_size, "stride": self.stride, "padding": self.padding,
                 "dilation": self.dilation, "num_terms": self.num_terms, "low_rank": self.low_rank,
                 "bias": self.bias is not None}
-
-    def set_extra_state(self, state: Any) -> None:
-        """Checks that the saved layer has this one's configuration."""
-        if isinstance(state, dict):  # tuples come back as lists from some serialisers
-            state = {key: tuple(value) if isinstance(value, list) else value for key, value in state.items()}
-        _check_saved_shape(self, state, ("in_channels", "out_channels", "kernel_size", "stride", "padding",
-                                         "dilation", "num_terms", "low_rank", "bias"))
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "

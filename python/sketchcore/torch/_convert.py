@@ -14,6 +14,7 @@ from torch import nn
 from sketchcore.torch import _factors
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, _check_convertible
+from sketchcore.torch._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 
@@ -273,16 +274,19 @@ _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKC
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
     """Loads a compressed model's ``state_dict`` into ``model`` built with its original (dense)
-    architecture: every layer the state_dict records as a sketchcore layer (its
-    ``_extra_state``) is first replaced by an empty one of the saved configuration, then the
-    whole state_dict is loaded. No dense weight or conversion is needed. Returns ``model``."""
-    for key, value in state_dict.items():
-        if not key.endswith("._extra_state") or not isinstance(value, dict) or value.get("sketchcore") not in _LAYERS:
+    architecture: every layer the state_dict records as a sketchcore layer (its configuration in
+    the state_dict's metadata, which ``torch.save``/``torch.load`` keep) is first replaced by an
+    empty one of the saved configuration, then the whole state_dict is loaded. A state_dict
+    without metadata (Panther's, or a plain ``dict`` copy) still restores: an ``nn.Linear`` whose
+    ``weight`` is missing and whose S1s/S2s/U1s/U2s (or S/U) are present becomes an SKLinear (or
+    LowRankLinear) of those shapes, without activation or dropout. No dense weight or conversion is
+    needed. Returns ``model``."""
+    configs = {**inferred_linear_configs(model, state_dict), **saved_layer_configs(state_dict)}
+    for name, saved in configs.items():
+        config = dict(saved)
+        cls = _LAYERS.get(config.pop("sketchcore"))
+        if cls is None:
             continue
-        name = key[: -len("._extra_state")]
-        config = dict(value)
-        cls = _LAYERS[config.pop("sketchcore")]
-        config.pop("dropout", None) if cls is LowRankLinear else None
         old = model.get_submodule(name)
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
@@ -301,10 +305,11 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         elif cls is SKLinear:
             new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
                            bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
-                           **placement)
+                           init="linear", **placement)  # the cheapest init: the state_dict replaces the factors
+            new.init = config.get("init", "panther")
         else:
             new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
-                                activation=config["activation"], **placement)
+                                activation=config["activation"], dropout=config.get("dropout", 0.0), **placement)
         _set_module(model, name, new)
     _no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)

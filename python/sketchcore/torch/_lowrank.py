@@ -12,7 +12,8 @@ from torch import Tensor, nn
 from sketchcore.torch import _factors
 from sketchcore.torch import _functorch
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sketched_linear
-from sketchcore.torch._modules import _check_saved_shape, dense_copy
+from sketchcore.torch._layer_state import SketchedLayer
+from sketchcore.torch._modules import dense_copy
 
 
 def _positive_int(value: object, name: str, where: str) -> int:
@@ -21,9 +22,10 @@ def _positive_int(value: object, name: str, where: str) -> int:
     return value
 
 
-class LowRankLinear(nn.Module):
-    """``y = activation(x S U + bias)``: a rank-``rank`` linear layer through sketchcore's fused
-    sketched GEMM (bias and activation in the epilogue, backward in the core).
+class LowRankLinear(SketchedLayer):
+    """``y = dropout(activation(x S U + bias))``: a rank-``rank`` linear layer through
+    sketchcore's fused sketched GEMM (bias, activation and dropout in the epilogue, backward in
+    the core; ``dropout`` is applied in training mode only, like ``nn.Dropout`` after the layer).
 
     From scratch, S and U are drawn so that the output variance matches ``nn.Linear``'s
     (S uniform in ±1/√in, U uniform in ±√(3/rank)); :meth:`from_linear` converts a trained
@@ -32,7 +34,7 @@ class LowRankLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
                  activation: Optional[str] = None, dtype: Optional[torch.dtype] = None,
-                 device: Any = None) -> None:
+                 device: Any = None, dropout: float = 0.0) -> None:
         super().__init__()
         self.in_features = _positive_int(in_features, "in_features", "LowRankLinear")
         self.out_features = _positive_int(out_features, "out_features", "LowRankLinear")
@@ -40,6 +42,9 @@ class LowRankLinear(nn.Module):
         self.activation = activation or "none"
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"LowRankLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"LowRankLinear: dropout: expected a probability in [0, 1], got {dropout!r}")
+        self.dropout = float(dropout)
         kwargs = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         s_bound, u_bound = 1 / math.sqrt(in_features), math.sqrt(3 / rank)
         self.S = nn.Parameter(torch.empty(in_features, rank, **kwargs).uniform_(-s_bound, s_bound))
@@ -51,10 +56,11 @@ class LowRankLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, rank: Optional[int] = None, *, tolerance: Optional[float] = None,
-                    activation: Optional[str] = None) -> "LowRankLinear":
+                    activation: Optional[str] = None, dropout: float = 0.0) -> "LowRankLinear":
         """The best rank-``rank`` approximation of ``linear`` (truncated SVD, balanced factors);
         with ``tolerance`` instead, the smallest rank whose relative weight error
-        ‖W − W_r‖_F / ‖W‖_F is at most ``tolerance``. Bias, dtype and device are kept."""
+        ‖W − W_r‖_F / ‖W‖_F is at most ``tolerance``. Bias, dtype and device are kept;
+        ``activation`` and ``dropout`` configure the new layer."""
         M = linear.weight.detach().t()
         if (rank is None) == (tolerance is None):
             raise ValueError("LowRankLinear.from_linear: expected exactly one of rank and tolerance, got "
@@ -68,7 +74,7 @@ class LowRankLinear(nn.Module):
             raise ValueError(f"LowRankLinear.from_linear: rank: expected at most min(in, out) = {min(M.shape)}, "
                              f"got {rank}")
         layer = cls(linear.in_features, linear.out_features, rank, bias=linear.bias is not None,
-                    activation=activation, dtype=linear.weight.dtype, device=linear.weight.device)
+                    activation=activation, dtype=linear.weight.dtype, device=linear.weight.device, dropout=dropout)
         A, B = _factors.balanced_factors(M, rank)
         with torch.no_grad():
             layer.S.copy_(A)
@@ -81,9 +87,19 @@ class LowRankLinear(nn.Module):
 
     @property
     def weight(self) -> Tensor:
-        """The dense equivalent (out, in), as ``nn.Linear.weight``: computed on each access
-        (one in·rank·out product), read-only."""
-        return (self.S @ self.U).t()
+        """The dense equivalent (out, in), as ``nn.Linear.weight``: a read-only
+        :class:`~sketchcore.torch.DerivedWeight` (metadata free, the value computed from S and U
+        on first use; writes and assignment raise)."""
+        return self._derived_weight()
+
+    def _dense_weight(self) -> Tensor:
+        return self.U.t() @ self.S.t()
+
+    def _weight_sources(self) -> tuple[Tensor, ...]:
+        return (self.S, self.U)
+
+    def _weight_shape(self) -> tuple[int, ...]:
+        return (self.out_features, self.in_features)
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
@@ -95,28 +111,28 @@ class LowRankLinear(nn.Module):
         (never compiled by TorchScript)."""
         if not _functorch.transforms_active():
             return None
-        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)
+        p = self.dropout if self.training else 0.0
+        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation, dropout_p=p)
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
             transformed = self._under_torch_func(x)
             if transformed is not None:
                 return transformed
-        y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, 0.0,
-                                                    _dropout_seed(None, 0.0))
+        p = self.dropout if self.training else 0.0
+        y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, p,
+                                                    _dropout_seed(None, p))
         return y
 
-    def get_extra_state(self) -> dict[str, Any]:
-        """The configuration, saved in the state_dict so that ``restore_model`` can rebuild the
-        layer without the dense model."""
+    def layer_config(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict's metadata so that ``restore_model`` can
+        rebuild the layer without the dense model; loading a state_dict saved with another
+        configuration raises."""
         return {"sketchcore": "LowRankLinear", "in_features": self.in_features, "out_features": self.out_features,
-                "rank": self.rank, "bias": self.bias is not None, "activation": self.activation}
-
-    def set_extra_state(self, state: Any) -> None:
-        """Checks that the saved layer has this one's shape; adopts its activation."""
-        _check_saved_shape(self, state, ("in_features", "out_features", "rank", "bias"))
-        self.activation = state["activation"]
+                "rank": self.rank, "bias": self.bias is not None, "activation": self.activation,
+                "dropout": self.dropout}
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}, "
-                f"bias={self.bias is not None}, activation={self.activation!r}")
+                f"bias={self.bias is not None}, activation={self.activation!r}"
+                + (f", dropout={self.dropout}" if self.dropout else ""))

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from sketchcore.torch import _factors
 from sketchcore.torch import _eager, _functorch
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sklinear
+from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._ops import _joined_in_place
 
 def _positive_int(value, name: str) -> int:
@@ -30,16 +31,7 @@ def dense_copy(layer: Any, reference: Tensor) -> nn.Linear:
     return linear
 
 
-def _check_saved_shape(layer: nn.Module, state: Any, keys: tuple[str, ...]) -> None:
-    """Raises ValueError naming the layer when a saved configuration does not fit it."""
-    mine = layer.get_extra_state()
-    if not isinstance(state, dict) or state.get("sketchcore") != mine["sketchcore"] or any(
-            state.get(key) != mine[key] for key in keys):
-        raise ValueError(f"{mine['sketchcore']}: state_dict: expected a saved layer with "
-                         f"{ {key: mine[key] for key in keys} }, got {state!r}")
-
-
-class SKLinear(nn.Module):
+class SKLinear(SketchedLayer):
     """A sketched linear layer with Panther's ``SKLinear`` math, initialisation and names:
 
         y = 1/(2T) · Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b
@@ -195,26 +187,34 @@ class SKLinear(nn.Module):
     @property
     def weight(self) -> Tensor:
         """The dense equivalent (out, in), as ``nn.Linear.weight``, for torch code that reads
-        ``.weight`` (fast paths, weight-tying checks): computed on each access from the factors
-        (2T products of in·k·out), read-only."""
-        W = (torch.bmm(self.S1s, self.U1s).sum(0) + torch.bmm(self.U2s, self.S2s).sum(0)) / (2 * self.num_terms)
-        return W.t()
+        ``.weight``: a read-only :class:`~sketchcore.torch.DerivedWeight`. Metadata (shape, dtype,
+        device) costs nothing; the value is computed from the factors on first use (2T products
+        of in·k·out) and kept while you hold the tensor and the factors are unchanged; writes and
+        assignment raise. Torch's fused fast paths see it and call this layer instead."""
+        return self._derived_weight()
+
+    def _dense_weight(self) -> Tensor:
+        W = torch.bmm(self.U1s.transpose(1, 2), self.S1s.transpose(1, 2)).sum(0)
+        W = W + torch.bmm(self.S2s.transpose(1, 2), self.U2s.transpose(1, 2)).sum(0)
+        return W / (2 * self.num_terms)
+
+    def _weight_sources(self) -> tuple[Tensor, ...]:
+        return (self.S1s, self.S2s, self.U1s, self.U2s)
+
+    def _weight_shape(self) -> tuple[int, ...]:
+        return (self.out_features, self.in_features)
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
         return dense_copy(self, self.S1s)
 
-    def get_extra_state(self) -> dict[str, Any]:
-        """The configuration, saved in the state_dict so that ``restore_model`` can rebuild the
-        layer without the dense model."""
+    def layer_config(self) -> dict[str, Any]:
+        """The configuration, saved in the state_dict's metadata (not as a key, so Panther's layer
+        loads the state_dict) so that ``restore_model`` can rebuild the layer without the dense
+        model; loading a state_dict saved with another configuration raises."""
         return {"sketchcore": "SKLinear", "in_features": self.in_features, "out_features": self.out_features,
                 "num_terms": self.num_terms, "low_rank": self.low_rank, "bias": self.bias is not None,
-                "activation": self.activation, "dropout": self.dropout}
-
-    def set_extra_state(self, state: Any) -> None:
-        """Checks that the saved layer has this one's shape; adopts its activation and dropout."""
-        _check_saved_shape(self, state, ("in_features", "out_features", "num_terms", "low_rank", "bias"))
-        self.activation, self.dropout = state["activation"], state["dropout"]
+                "activation": self.activation, "dropout": self.dropout, "init": self.init}
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, num_terms={self.num_terms}, "
