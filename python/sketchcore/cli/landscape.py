@@ -1,7 +1,9 @@
 """``sketchcore landscape``: sweep num_terms × rank for one layer and measure, per configuration,
-learnable parameters, forward (and backward) median time with its spread, peak pool memory,
-FLOPs and the approximation error of converting a reference dense layer; print a table, write
-JSON/CSV, and draw the seeds' four panels (plus error vs parameters) with matplotlib."""
+learnable parameters and fixed buffers, forward (and backward) median time with its spread, peak
+pool memory, FLOPs and the approximation error of converting a reference dense layer; print a
+table, write JSON/CSV, and draw the seeds' four panels (plus error vs parameters) with
+matplotlib. ``--layer`` chooses the layer the sweep describes (see ``_layer_kinds``): Panther's
+SKLinear by default, LowRankLinear, or the raw operator."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +18,7 @@ import numpy as np
 
 import sketchcore
 from sketchcore.cli._args import add_layer_shape, positive
+from sketchcore.cli._layer_kinds import KINDS, LayerShape, check_kind
 from sketchcore.cli._progress import Progress
 
 SPECTRA: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -27,8 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sketchcore landscape",
                                 description="Sweep num_terms × rank for one sketched layer (see module docs).")
     add_layer_shape(p, (1024, 256), (1024, 256))
-    p.add_argument("--terms", type=positive, nargs="+", default=None, help="num_terms values (default 1 2 4 8)")
-    p.add_argument("--ranks", type=positive, nargs="+", default=None, help="rank values (default 8 16 32 64)")
+    p.add_argument("--layer", choices=KINDS, default="sklinear",
+                   help="what --terms and --ranks describe: SKLinear(num_terms=T, low_rank=k), 2T products with T "
+                        "learnable (default); LowRankLinear(rank=k); or the raw operator, T learnable terms")
+    p.add_argument("--terms", type=positive, nargs="+", default=None,
+                   help="num_terms values (default 1 2 4 8; 1 for --layer lowrank)")
+    p.add_argument("--ranks", type=positive, nargs="+", default=None, help="rank values, k (default 8 16 32 64)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backward", action="store_true", help="also time the backward")
     p.add_argument("--spectrum", choices=sorted(SPECTRA), default="sqrt",
@@ -93,8 +100,9 @@ class _Arrays:
 
 
 def conversion_errors(d_in: int, d_out: int, spectrum: str, ranks: list[int], seed: int) -> dict[int, float]:
-    """Relative error of the best rank-r factors (truncated SVD, what LowRankLinear.from_linear
-    builds) of a reference dense layer with the given spectrum, measured on the factors."""
+    """Relative error of the best rank-r factors (truncated SVD: what LowRankLinear.from_linear
+    builds, and SKLinear.from_linear(init="svd") at r = 2Tk) of a reference dense layer with the
+    given spectrum, measured on the factors."""
     rng = np.random.default_rng(seed + 1)
     d = min(d_in, d_out)
     s = SPECTRA[spectrum](np.arange(1, d + 1, dtype=np.float64))
@@ -116,43 +124,49 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     d_in, d_out, batch = args.d_in, args.d_out, args.batch
     x = arrays.randn(batch, d_in)
     W = arrays.randn(d_in, d_out, scale=d_in ** -0.5)
-    configs = [(t, k) for t in args.terms for k in args.ranks]
-    errors = conversion_errors(d_in, d_out, args.spectrum, [t * k for t, k in configs], args.seed)
-    progress = Progress(len(configs) + 1, "landscape")
+    shapes = [LayerShape(args.layer, d_in, d_out, t, k) for t in args.terms for k in args.ranks]
+    errors = conversion_errors(d_in, d_out, args.spectrum, [s.map_rank for s in shapes], args.seed)
+    progress = Progress(len(shapes) + 1, "landscape")
     dense_s, dense_spread = arrays.time(lambda: x @ W, args.repeats)
-    records = [{"layer": "dense", "num_terms": 0, "rank": 0, "params": d_in * d_out, "flops": 2 * batch * d_in * d_out,
-                "forward_s": dense_s, "forward_spread_s": dense_spread, "backward_s": None, "backward_spread_s": None,
+    records = [{"layer": "dense", "num_terms": 0, "rank": 0, "params": d_in * d_out, "buffers": 0,
+                "map_rank": min(d_in, d_out), "flops": 2 * batch * d_in * d_out, "forward_s": dense_s,
+                "forward_spread_s": dense_spread, "backward_s": None, "backward_spread_s": None,
                 "peak_pool_bytes": 0, "error": 0.0}]
     progress.step("dense")
-    for terms, rank in configs:
+    for shape in shapes:
+        terms, rank = shape.operator_terms, shape.rank
         S = arrays.randn(terms, d_in, rank, scale=d_in ** -0.5)
         U = arrays.randn(terms, rank, d_out, scale=rank ** -0.5)
         Z = arrays.randn(batch, terms * rank)
-        forward = lambda: sketchcore.sketched_matmul(x, S, U)  # noqa: E731
+        forward = lambda: sketchcore.sketched_matmul(x, S, U, scale=shape.scale)  # noqa: E731
         forward_s, forward_spread = arrays.time(forward, args.repeats)
         backward_s = backward_spread = None
         arrays.reset_peak()
-        y = sketchcore.sketched_matmul(x, S, U, intermediate=Z)
-        if args.backward:
-            backward = lambda: sketchcore.sketched_matmul_backward(y, x, S, U, Z)  # noqa: E731
+        y = sketchcore.sketched_matmul(x, S, U, intermediate=Z, scale=shape.scale)
+        if args.backward:  # the gradients a training step of this layer computes
+            S_terms, U_terms = shape.learnable_terms()
+            backward = lambda: sketchcore.sketched_matmul_backward(  # noqa: E731
+                y, x, S, U, Z, scale=shape.scale, S_terms=S_terms, U_terms=U_terms)
             backward_s, backward_spread = arrays.time(backward, args.repeats)
         arrays.sync()
-        records.append({"layer": "sketched", "num_terms": terms, "rank": rank, "params": terms * rank * (d_in + d_out),
-                        "flops": 2 * batch * terms * rank * (d_in + d_out), "forward_s": forward_s,
-                        "forward_spread_s": forward_spread, "backward_s": backward_s,
+        records.append({"layer": shape.label, "num_terms": shape.terms, "rank": rank, "params": shape.learnable,
+                        "buffers": shape.buffers, "map_rank": shape.map_rank, "flops": batch * shape.flops_per_row,
+                        "forward_s": forward_s, "forward_spread_s": forward_spread, "backward_s": backward_s,
                         "backward_spread_s": backward_spread, "peak_pool_bytes": arrays.peak(),
-                        "error": errors[terms * rank]})
-        progress.step(f"T={terms} k={rank}")
+                        "error": errors[shape.map_rank]})
+        progress.step(f"T={shape.terms} k={rank}")
     return records
 
 
 def format_table(records: list[dict[str, Any]], backward: bool) -> str:
-    header = f"{'layer':<9} {'T':>3} {'k':>5} {'params':>11} {'GFLOP':>8} {'forward ms (spread)':>21}"
+    header = (f"{'layer':<13} {'T':>3} {'k':>5} {'learnable':>11} {'buffers':>9} {'rank':>5} {'GFLOP':>8} "
+              f"{'forward ms (spread)':>21}")
     header += f" {'backward ms':>12}" if backward else ""
     header += f" {'pool MiB':>9} {'rel. error':>10}"
     lines = [header, "-" * len(header)]
     for r in records:
-        line = (f"{r['layer']:<9} {r['num_terms']:>3} {r['rank']:>5} {r['params']:>11,} {r['flops'] / 1e9:>8.3f} "
+        line = (f"{r['layer']:<13} {r['num_terms']:>3} {r['rank']:>5} {r['params']:>11,} {r['buffers']:>9,} "
+                f"{r['map_rank']:>5} {r['flops'] / 1e9:>8.3f} "
                 f"{r['forward_s'] * 1e3:>10.3f} (±{r['forward_spread_s'] * 5e2:6.3f})")
         if backward:
             line += f" {r['backward_s'] * 1e3:>12.3f}" if r["backward_s"] is not None else f" {'-':>12}"
@@ -166,7 +180,7 @@ def plot(records: list[dict[str, Any]], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sketched = [r for r in records if r["layer"] == "sketched"]
+    sketched = [r for r in records if r["layer"] != "dense"]
     dense = next(r for r in records if r["layer"] == "dense")
     terms = sorted({r["num_terms"] for r in sketched})
     ranks = sorted({r["rank"] for r in sketched})
@@ -214,7 +228,12 @@ def main(argv: list[str]) -> int:
     args.d_in = args.d_in or (256 if quick else 1024)
     args.d_out = args.d_out or args.d_in
     args.batch = args.batch or (256 if quick else 1024)
+    if args.layer == "lowrank" and args.terms is None:
+        args.terms = [1]
     args.terms = args.terms or ([1, 2, 4] if quick else [1, 2, 4, 8])
+    problem = check_kind(args.layer, args.terms)
+    if problem:
+        parser.error(problem)
     args.ranks = args.ranks or ([8, 16, 32] if quick else [8, 16, 32, 64])
     if args.plot:
         try:
@@ -224,9 +243,14 @@ def main(argv: list[str]) -> int:
             return 2
     records = sweep(args)
     print(format_table(records, args.backward))
+    what = {"sklinear": "SKLinear(num_terms=T, low_rank=k): 2T products of rank k, T learnable (S1s, S2s) and T "
+                        "fixed (buffers U1s, U2s), rank up to 2Tk",
+            "lowrank": "LowRankLinear(rank=k): x S U, all learnable",
+            "operator": "the raw operator sketched_matmul(x, S, U): T learnable terms of rank k"}[args.layer]
     print(f"\n{args.batch} × {args.d_in} → {args.d_out}, {args.dtype} on {args.device}, "
-          f"{sketchcore.get_num_threads()} threads; times are medians of {args.repeats} calls, spread = ±half "
-          f"their range; error = ‖W_r − W‖/‖W‖ of the best rank T·k factors of a reference layer "
+          f"{sketchcore.get_num_threads()} threads; layer = {what}. Times are medians of {args.repeats} calls, "
+          f"spread = ±half their range; learnable = trained entries, buffers = fixed ones; error = ‖W_r − W‖/‖W‖ "
+          f"of the best approximation of the layer's rank (svd initialisation) of a reference layer "
           f"({args.spectrum} spectrum).")
     if args.json:
         with open(args.json, "w") as f:
@@ -238,7 +262,7 @@ def main(argv: list[str]) -> int:
             writer.writeheader()
             writer.writerows(records)
     if args.plot:
-        title = (f"sketchcore landscape\n{args.batch} × {args.d_in} → {args.d_out}\n{args.dtype}, {args.device}, "
+        title = (f"sketchcore landscape: {args.layer}\n{args.batch} × {args.d_in} → {args.d_out}\n{args.dtype}, {args.device}, "
                  f"{sketchcore.get_num_threads()} threads\nsketchcore {sketchcore.__version__}\n"
                  f"reference spectrum: {args.spectrum}")
         plot(records, args.plot, title)

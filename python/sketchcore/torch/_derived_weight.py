@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 #: Tensor attributes and methods answered from the wrapper's own metadata.
 _METADATA = frozenset({
@@ -58,11 +58,13 @@ def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if any(isinstance(o, DerivedWeight) for o in outs):
         return True
-    if not args or not isinstance(args[0], DerivedWeight):
+    # the written tensor: the first argument (nn.init passes it as the keyword ``tensor``)
+    target = args[0] if args else kwargs.get("tensor", kwargs.get("input", kwargs.get("self")))
+    if not isinstance(target, DerivedWeight):
         return False
     if name == "requires_grad_":  # a no-op is fine; changing the flag would be a write
         wanted = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        return bool(wanted) != args[0]._differentiable
+        return bool(wanted) != target._differentiable
     return (name in _IN_PLACE_DUNDERS or name.endswith((".__set__", ".__delete__"))
             or (name.endswith("_") and not name.startswith("__")))
 
@@ -113,7 +115,7 @@ class DerivedWeight(Tensor):
         kwargs = kwargs or {}
         name = _name(func)
         if _writes(name, args, kwargs):
-            owner = next(a for a in (*args, kwargs.get("out")) if isinstance(a, DerivedWeight))._owner
+            owner = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, DerivedWeight))._owner
             what = f"an assignment to .{name.split('.')[0]}" if "." in name else f"{name}()"
             raise RuntimeError(
                 f"{owner}.weight: expected no write (it is the dense equivalent computed from the factors, "
