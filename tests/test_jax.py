@@ -5,6 +5,7 @@ gradients with JAX's own autodiff of the formula in float64.
 Skipped without JAX only: every sketchcore build has the handlers (CI runs this file with the
 newest JAX and with the oldest supported, 0.5).
 """
+import ctypes
 import subprocess
 import sys
 
@@ -188,3 +189,40 @@ def test_without_jax_the_import_error_says_jax_is_missing():
             "try:\n    import sketchcore.jax\nexcept ImportError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "sketchcore.jax needs JAX, which is not installed" in out and "pip install jax" in out
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
+                ("major", ctypes.c_int), ("minor", ctypes.c_int)]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", ctypes.c_void_p),
+                ("metadata", ctypes.POINTER(_Metadata))]
+
+
+class _CallFrame(ctypes.Structure):  # only the head is read before the metadata is answered
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.POINTER(_MetadataExtension)),
+                ("api", ctypes.c_void_p), ("rest", ctypes.c_byte * 160)]
+
+
+@pytest.mark.parametrize("handler", ["sketchcore_jax_cpu_forward", "sketchcore_jax_cpu_backward",
+                                     "sketchcore_jax_cuda_forward", "sketchcore_jax_cuda_backward"])
+def test_every_handler_reports_xla_ffi_api_0_1_which_every_jaxlib_since_0_5_accepts(handler):
+    """XLA's metadata query, asked as XLA asks it: a handler reporting a newer minor version
+    would be refused by older jaxlibs ("No FFI handler registered")."""
+    metadata = _Metadata(struct_size=ctypes.sizeof(_Metadata), api_version=_ApiVersion(major=-1, minor=-1),
+                         traits=99)
+    extension = _MetadataExtension(struct_size=ctypes.sizeof(_MetadataExtension), type=1,
+                                   metadata=ctypes.pointer(metadata))
+    frame = _CallFrame(struct_size=ctypes.sizeof(_CallFrame), extension_start=ctypes.pointer(extension))
+    function = getattr(sj._library, handler)
+    function.restype, function.argtypes = ctypes.c_void_p, [ctypes.POINTER(_CallFrame)]
+    assert function(ctypes.byref(frame)) is None  # no error
+    version = metadata.api_version
+    assert (version.major, version.minor, version.struct_size) == (0, 1, ctypes.sizeof(_ApiVersion))
+    assert metadata.traits == 0  # not command-buffer compatible: temporaries come from sketchcore's pool

@@ -40,7 +40,7 @@ _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 _CUDA_BUILT = bool(sketchcore.build_info()["cuda"])
 
 
-def _register() -> None:
+def _register() -> ctypes.CDLL:
     # Beside the compiled extensions (in an editable install those are not beside this file).
     library = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(sketchcore._ops.__file__)), "_jax_ffi.so"))
     for platform, prefix in (("cpu", "sketchcore_jax_cpu"), ("CUDA", "sketchcore_jax_cuda")):
@@ -48,9 +48,10 @@ def _register() -> None:
                                     platform=platform)
         jax.ffi.register_ffi_target(_BACKWARD, jax.ffi.pycapsule(getattr(library, prefix + "_backward")),
                                     platform=platform)
+    return library
 
 
-_register()
+_library = _register()
 
 
 def _check_device(name: str, a: Any) -> None:
