@@ -8,6 +8,7 @@ newest JAX and with the oldest supported, 0.5).
 import ctypes
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -182,6 +183,27 @@ def test_an_integer_buffer_is_refused_by_the_handler():
         jax.block_until_ready(call(ints, jnp.zeros((3, 1), jnp.int32), jnp.zeros((1, 3), jnp.int32),
                                    jnp.zeros((0,), jnp.int32), activation="none", scale=np.float64(1),
                                    dropout_p=np.float64(0), seed=np.int64(0), has_bias=np.bool_(False)))
+
+
+def test_arrays_on_devices_without_a_handler_are_refused_naming_the_device(monkeypatch):
+    """Checked on concrete arrays before tracing: a GPU array needs sketchcore's CUDA backend;
+    other platforms have no handler. (Fake arrays: this machine has only the CPU.)"""
+    class Placed:
+        def __init__(self, platform):
+            self.platform = platform
+
+        def devices(self):
+            return [types.SimpleNamespace(platform=self.platform)]
+
+    monkeypatch.setattr(sj.jax, "Array", Placed)
+    monkeypatch.setattr(sj, "_CUDA_BUILT", False)
+    with pytest.raises(ValueError, match="x: is on a GPU, but this sketchcore was built without its CUDA backend"):
+        sj._check_device("x", Placed("gpu"))
+    with pytest.raises(ValueError, match=r"S: expected an array on the CPU or a CUDA GPU, got one on \['tpu'\]"):
+        sj._check_device("S", Placed("tpu"))
+    monkeypatch.setattr(sj, "_CUDA_BUILT", True)
+    sj._check_device("U", Placed("gpu"))
+    sj._check_device("bias", Placed("cpu"))
 
 
 def test_without_jax_the_import_error_says_jax_is_missing():
