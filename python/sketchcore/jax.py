@@ -1,18 +1,18 @@
 """sketchcore for JAX: :func:`sketched_matmul` as an XLA custom call, usable under
 ``jax.jit``, ``jax.grad`` (a ``jax.custom_vjp`` whose backward is sketchcore's fused backward)
-and ``jax.vmap``, on the CPU.
+and ``jax.vmap``, on the CPU and on CUDA devices.
 
-The calls go through JAX's FFI: handlers compiled against the headers jaxlib ships
-(``python/sketchcore/jax_ffi.cpp``), built when JAX is importable while sketchcore is built
-(``pip install --no-build-isolation .`` in an environment with JAX, or ``jax`` among the
-build requirements). XLA passes its buffers in place; nothing is copied.
+The calls go through JAX's FFI: handlers written against sketchcore's own declarations of
+XLA's FFI C ABI, version 0.1 (``python/sketchcore/jax_ffi.cpp``), built into every sketchcore
+install whether JAX was present at build time or not, and accepted by every jaxlib since
+0.5. XLA passes its buffers in place; nothing is copied. On a CUDA device the work runs on
+XLA's stream for the call (needs a sketchcore built with its CUDA backend).
 
 ``vmap``: batched calls run once per batch element (``vmap_method="sequential"``): the same
 function, and the same dropout masks, as calling each element alone.
 
-Not covered: CUDA devices under JAX (the handlers are registered for the CPU platform), and
-``out=`` (JAX arrays are immutable; the eager :func:`sketchcore.sketched_matmul` refuses
-it for JAX arrays too).
+Not covered: ``out=`` (JAX arrays are immutable; the eager :func:`sketchcore.sketched_matmul`
+refuses it for JAX arrays too), and devices other than the CPU and CUDA GPUs.
 """
 from __future__ import annotations
 
@@ -21,32 +21,52 @@ import functools
 import os
 from typing import Any, Optional
 
-import jax
-import jax.numpy as jnp
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError as error:  # only JAX itself missing stops this module
+    raise ImportError(f"sketchcore.jax needs JAX, which is not installed ({error}): `pip install jax` "
+                      "(any version from 0.5), or `pip install sketchcore[jax]`") from error
 import numpy as np
 
 import sketchcore  # noqa: F401 - loads libsketchcore, which the handlers link
+import sketchcore._ops
 
 __all__ = ["sketched_matmul"]
 
 _FORWARD = "sketchcore_sketched_matmul"
 _BACKWARD = "sketchcore_sketched_matmul_backward"
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+_CUDA_BUILT = bool(sketchcore.build_info()["cuda"])
 
 
-def _register() -> None:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_jax_ffi.so")
-    if not os.path.exists(path):
-        raise ImportError("sketchcore.jax: this sketchcore was built without JAX's FFI headers (JAX was not "
-                          "importable at build time); reinstall with JAX installed and "
-                          "`pip install --no-build-isolation .`")
-    library = ctypes.CDLL(path)
-    jax.ffi.register_ffi_target(_FORWARD, jax.ffi.pycapsule(library.sketchcore_sketched_matmul_ffi), platform="cpu")
-    jax.ffi.register_ffi_target(_BACKWARD, jax.ffi.pycapsule(library.sketchcore_sketched_matmul_backward_ffi),
-                                platform="cpu")
+def _register() -> ctypes.CDLL:
+    # Beside the compiled extensions (in an editable install those are not beside this file).
+    library = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(sketchcore._ops.__file__)), "_jax_ffi.so"))
+    for platform, prefix in (("cpu", "sketchcore_jax_cpu"), ("CUDA", "sketchcore_jax_cuda")):
+        jax.ffi.register_ffi_target(_FORWARD, jax.ffi.pycapsule(getattr(library, prefix + "_forward")),
+                                    platform=platform)
+        jax.ffi.register_ffi_target(_BACKWARD, jax.ffi.pycapsule(getattr(library, prefix + "_backward")),
+                                    platform=platform)
+    return library
 
 
-_register()
+_library = _register()
+
+
+def _check_device(name: str, a: Any) -> None:
+    """Concrete arrays only (a traced value has no device yet; XLA then picks the handler of
+    the platform it compiles for): the CPU, or a CUDA GPU where libsketchcore has CUDA."""
+    if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+        return
+    platforms = {d.platform for d in a.devices()}
+    if platforms == {"cpu"} or (platforms == {"gpu"} and _CUDA_BUILT):
+        return
+    if platforms == {"gpu"}:
+        raise ValueError(f"sketched_matmul: {name}: is on a GPU, but this sketchcore was built without its CUDA "
+                         "backend (reinstall where nvcc is found, or with SKETCHCORE_CUDA=ON)")
+    raise ValueError(f"sketched_matmul: {name}: expected an array on the CPU or a CUDA GPU, got one on "
+                     f"{sorted(platforms)}")
 
 
 def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: float, seed: int) -> tuple[int, int]:
@@ -58,12 +78,7 @@ def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: floa
         if a.dtype != x.dtype:
             raise TypeError(f"sketched_matmul: {name}: expected dtype {x.dtype} (x's), got {a.dtype}")
     for name, a in (("x", x), ("S", S), ("U", U), ("bias", bias)):
-        # Concrete arrays only (a traced value has no device yet): the handlers are the CPU's.
-        if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
-            platforms = {d.platform for d in a.devices()}
-            if platforms != {"cpu"}:
-                raise ValueError(f"sketched_matmul: {name}: expected an array on the CPU (sketchcore.jax has CPU "
-                                 f"handlers only), got one on {sorted(platforms)}")
+        _check_device(name, a)
     if x.ndim < 1 or S.ndim not in (2, 3) or U.ndim != S.ndim:
         raise ValueError(f"sketched_matmul: expected x (..., d_in), S (d_in, k) or (T, d_in, k) and U of S's rank, "
                          f"got shapes {x.shape}, {S.shape}, {U.shape}")
@@ -126,7 +141,7 @@ _sketched_matmul.defvjp(_vjp_forward, _vjp_backward)
 def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax.Array] = None, *,
                     activation: str = "none", scale: float = 1.0, dropout_p: float = 0.0, seed: int = 0) -> jax.Array:
     """``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))`` for JAX arrays on the
-    CPU, as :func:`sketchcore.sketched_matmul` computes it for NumPy arrays (the same
+    CPU or a CUDA GPU, as :func:`sketchcore.sketched_matmul` computes it for NumPy arrays (the same
     results, dropout masks included), differentiable in x, S, U and bias.
 
     ``activation``, ``scale``, ``dropout_p`` and ``seed`` are static (Python values, part of

@@ -1,139 +1,105 @@
-// XLA FFI handlers for sketchcore.jax: sketched_matmul and its backward as XLA custom calls on
-// the CPU, so that they run inside jax.jit (and, through sketchcore.jax's custom_vjp and
-// vmap rule, under grad and vmap). Built against the FFI headers jaxlib ships
-// (jax.ffi.include_dir()) when JAX is importable at build time; loaded with ctypes and
-// registered by python/sketchcore/jax.py. XLA hands over dense row-major buffers; they are
-// viewed (never copied) as TensorViews and the core does the rest, as for NumPy arrays.
+// XLA FFI handlers for sketchcore.jax: sketched_matmul and its backward as XLA custom calls,
+// on the CPU and on CUDA devices, so that they run inside jax.jit (and, through
+// sketchcore.jax's custom_vjp and vmap rule, under grad and vmap). Written against
+// sketchcore's own declarations of XLA's FFI C ABI, version 0.1 (xla_ffi_abi.hpp), so every
+// build has them, JAX installed or not, and every jaxlib since 0.5 loads them. Loaded with
+// ctypes and registered by python/sketchcore/jax.py.
+//
+// XLA hands over dense row-major buffers; they are viewed (never copied) as TensorViews and
+// the public C++ API does the rest, as for NumPy or CuPy arrays. On CUDA the work is queued
+// on XLA's stream for the call (an ExecutionScope), on the device XLA names.
 #include <cstdint>
 #include <exception>
-#include <optional>
+#include <new>
+#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <vector>
 
+#include "jax_ffi_frame.hpp"
 #include "sketchcore/epilogue.hpp"
-#include "sketchcore/errors.hpp"
 #include "sketchcore/execution.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
-#include "xla/ffi/api/ffi.h"
-
-namespace ffi = xla::ffi;
+#include "xla_ffi_abi.hpp"
 
 namespace {
 
-using sketchcore::DType;
-using sketchcore::TensorView;
+namespace abi = sketchcore::xla_abi;
+using sketchcore::Device;
+using sketchcore::DeviceType;
+using sketchcore::jax_ffi::Frame;
 
-/// The core's element type of an XLA buffer; throws for types the core does not compute in.
-DType dtype_of(ffi::DataType type, const char* name) {
-  switch (type) {
-    case ffi::DataType::F16: return DType::float16;
-    case ffi::DataType::BF16: return DType::bfloat16;
-    case ffi::DataType::F32: return DType::float32;
-    case ffi::DataType::F64: return DType::float64;
-    default:
-      throw sketchcore::dtype_error(std::string("sketchcore.jax: ") + name +
-                                    ": expected float16, bfloat16, float32 or float64");
-  }
-}
-
-TensorView view(const ffi::AnyBuffer& buffer, const char* name) {
-  const auto dims = buffer.dimensions();
-  return TensorView(buffer.untyped_data(), dtype_of(buffer.element_type(), name),
-                    std::vector<std::int64_t>(dims.begin(), dims.end()));
-}
-
-sketchcore::Epilogue epilogue_of(const ffi::AnyBuffer& bias, bool has_bias, std::string_view activation,
-                                 double scale, double dropout_p, std::int64_t seed) {
+sketchcore::Epilogue epilogue_of(const Frame& f, const sketchcore::TensorView& bias) {
   sketchcore::Epilogue e;
-  e.scale = scale;
-  if (has_bias) e.bias = view(bias, "bias");
-  e.activation = sketchcore::parse_activation(activation);
-  e.dropout_p = dropout_p;
-  e.seed = static_cast<std::uint64_t>(seed);  // MLIR's Python bindings cannot build a uint64 ≥ 2^63
+  e.scale = f.f64("scale");
+  if (f.pred("has_bias")) e.bias = bias;
+  e.activation = sketchcore::parse_activation(f.string("activation"));
+  e.dropout_p = f.f64("dropout_p");
+  e.seed = static_cast<std::uint64_t>(f.s64("seed"));  // MLIR's Python bindings cannot build a uint64 ≥ 2^63
   return e;
 }
 
-/// Runs `body` under the default execution options (the Python bindings leave the options of
-/// their last call current on their thread, where XLA may run this handler: a CUDA stream or
-/// NumPy's BLAS must not carry over), turning the core's exceptions into FFI errors (XLA
-/// raises them in Python).
-template <class Body>
-ffi::Error guarded(Body&& body) {
-  try {
-    const sketchcore::ExecutionScope defaults(sketchcore::ExecutionOptions{});
-    body();
-    return ffi::Error::Success();
-  } catch (const std::invalid_argument& e) {
-    return ffi::Error::InvalidArgument(e.what());
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(e.what());
+// Operands: x, S, U, bias (a 0-length placeholder without one). Results: y, z = x·[S_1 … S_T]
+// (saved for the backward).
+void forward(const abi::CallFrame& frame, Device d) {
+  const Frame f(frame, "sketchcore.jax sketched_matmul", 4, 2);
+  sketchcore::sketched_matmul(f.arg(0, "x", d), f.arg(1, "S", d), f.arg(2, "U", d), f.ret(0, "out", d),
+                              epilogue_of(f, f.arg(3, "bias", d)), f.ret(1, "intermediate", d));
+}
+
+// Operands: grad_out, x, S, U, z, bias. Results: dx, dS, dU, dbias (0-length without a bias).
+void backward(const abi::CallFrame& frame, Device d) {
+  const Frame f(frame, "sketchcore.jax sketched_matmul_backward", 6, 4);
+  const sketchcore::Epilogue e = epilogue_of(f, f.arg(5, "bias", d));
+  sketchcore::SketchedMatmulGradients g;
+  g.x = f.ret(0, "dx", d);
+  g.S = f.ret(1, "dS", d);
+  g.U = f.ret(2, "dU", d);
+  if (e.bias) g.bias = f.ret(3, "dbias", d);
+  sketchcore::sketched_matmul_backward(f.arg(0, "grad_out", d), f.arg(1, "x", d), f.arg(2, "S", d),
+                                       f.arg(3, "U", d), f.arg(4, "intermediate", d), e, g);
+}
+
+/// One handler: answers XLA's metadata query, checks the frame, runs `body` under the call's
+/// execution options (the CPU's defaults: the Python bindings leave the options of their last
+/// call current on their thread, where XLA may run this handler; on CUDA, XLA's stream), and
+/// turns the core's exceptions into XLA errors, which JAX raises in Python.
+template <DeviceType kind, void (*body)(const abi::CallFrame&, Device)>
+abi::Error* handle(abi::CallFrame* frame) {
+  if (sketchcore::jax_ffi::answer_metadata(frame, 0)) return nullptr;
+  const abi::Api* api = frame->api;
+  if (frame->struct_size < abi::kCallFrameSize) {
+    return sketchcore::jax_ffi::make_error(api, abi::ErrorCode::internal,
+                                           "sketchcore.jax: XLA passed a call frame older than FFI version 0.1");
   }
-}
-
-ffi::Error forward(ffi::AnyBuffer x, ffi::AnyBuffer S, ffi::AnyBuffer U, ffi::AnyBuffer bias,
-                   ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> z, std::string_view activation,
-                   double scale, double dropout_p, std::int64_t seed, bool has_bias) {
-  return guarded([&] {
-    sketchcore::sketched_matmul(view(x, "x"), view(S, "S"), view(U, "U"), view(*y, "out"),
-                                epilogue_of(bias, has_bias, activation, scale, dropout_p, seed),
-                                view(*z, "intermediate"));
-  });
-}
-
-ffi::Error backward(ffi::AnyBuffer grad, ffi::AnyBuffer x, ffi::AnyBuffer S, ffi::AnyBuffer U, ffi::AnyBuffer z,
-                    ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dS,
-                    ffi::Result<ffi::AnyBuffer> dU, ffi::Result<ffi::AnyBuffer> dbias, std::string_view activation,
-                    double scale, double dropout_p, std::int64_t seed, bool has_bias) {
-  return guarded([&] {
-    sketchcore::SketchedMatmulGradients g;
-    g.x = view(*dx, "dx");
-    g.S = view(*dS, "dS");
-    g.U = view(*dU, "dU");
-    if (has_bias) g.bias = view(*dbias, "dbias");
-    sketchcore::sketched_matmul_backward(view(grad, "grad_out"), view(x, "x"), view(S, "S"), view(U, "U"),
-                                         view(z, "intermediate"),
-                                         epilogue_of(bias, has_bias, activation, scale, dropout_p, seed), g);
-  });
+  if (frame->stage != abi::ExecutionStage::execute) return nullptr;  // nothing to prepare
+  try {
+    sketchcore::ExecutionOptions options;
+    Device device;
+    if constexpr (kind == DeviceType::cuda) {
+      options.cuda_stream = sketchcore::jax_ffi::xla_stream(*frame);
+      device = Device{DeviceType::cuda, sketchcore::jax_ffi::xla_device(*frame)};
+    }
+    const sketchcore::ExecutionScope scope(options);
+    body(*frame, device);
+    return nullptr;
+  } catch (const std::invalid_argument& e) {
+    return sketchcore::jax_ffi::make_error(api, abi::ErrorCode::invalid_argument, e.what());
+  } catch (const std::bad_alloc& e) {
+    return sketchcore::jax_ffi::make_error(api, abi::ErrorCode::resource_exhausted, e.what());
+  } catch (const std::exception& e) {
+    return sketchcore::jax_ffi::make_error(api, abi::ErrorCode::internal, e.what());
+  }
 }
 
 }  // namespace
 
-// The two handlers are the library's only exports (built with hidden visibility): declared
-// here with default visibility, which the macros' definitions below inherit.
-extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* sketchcore_sketched_matmul_ffi(XLA_FFI_CallFrame*);
-extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* sketchcore_sketched_matmul_backward_ffi(
-    XLA_FFI_CallFrame*);
+// The library's only exports (it is built with hidden visibility).
+#define SKETCHCORE_JAX_HANDLER(name, kind, body)                                               \
+  extern "C" __attribute__((visibility("default"))) abi::Error* name(abi::CallFrame* frame) { \
+    return handle<kind, body>(frame);                                                          \
+  }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(sketchcore_sketched_matmul_ffi, forward,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // S
-                                  .Arg<ffi::AnyBuffer>()  // U
-                                  .Arg<ffi::AnyBuffer>()  // bias (a 0-length placeholder without one)
-                                  .Ret<ffi::AnyBuffer>()  // y
-                                  .Ret<ffi::AnyBuffer>()  // z = x·[S_1 … S_T], for the backward
-                                  .Attr<std::string_view>("activation")
-                                  .Attr<double>("scale")
-                                  .Attr<double>("dropout_p")
-                                  .Attr<std::int64_t>("seed")  // the uint64 seed's bits
-                                  .Attr<bool>("has_bias"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(sketchcore_sketched_matmul_backward_ffi, backward,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // grad_out
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // S
-                                  .Arg<ffi::AnyBuffer>()  // U
-                                  .Arg<ffi::AnyBuffer>()  // z
-                                  .Arg<ffi::AnyBuffer>()  // bias
-                                  .Ret<ffi::AnyBuffer>()  // dx
-                                  .Ret<ffi::AnyBuffer>()  // dS
-                                  .Ret<ffi::AnyBuffer>()  // dU
-                                  .Ret<ffi::AnyBuffer>()  // dbias (0-length without a bias)
-                                  .Attr<std::string_view>("activation")
-                                  .Attr<double>("scale")
-                                  .Attr<double>("dropout_p")
-                                  .Attr<std::int64_t>("seed")  // the uint64 seed's bits
-                                  .Attr<bool>("has_bias"));
+SKETCHCORE_JAX_HANDLER(sketchcore_jax_cpu_forward, DeviceType::cpu, forward)
+SKETCHCORE_JAX_HANDLER(sketchcore_jax_cpu_backward, DeviceType::cpu, backward)
+SKETCHCORE_JAX_HANDLER(sketchcore_jax_cuda_forward, DeviceType::cuda, forward)
+SKETCHCORE_JAX_HANDLER(sketchcore_jax_cuda_backward, DeviceType::cuda, backward)
