@@ -1,5 +1,5 @@
-"""Runs the Python code of every tutorial page (docs/tutorials/*.md), so that an API change that
-breaks an example fails CI.
+"""Runs the Python code of every tutorial page (docs/tutorials/*.md) and of the README, so that an
+API change that breaks an example fails CI.
 
 Each page is one test: its ```python blocks run top to bottom in one namespace, in a temporary
 working directory. What is not run:
@@ -80,7 +80,7 @@ def run_page(path: pathlib.Path, gpu: bool) -> int:
     return ran
 
 
-PAGES = sorted(TUTORIALS.glob("*.md"))
+PAGES = sorted(TUTORIALS.glob("*.md")) + [TUTORIALS.parent.parent / "README.md"]
 
 
 def test_tutorials_exist() -> None:
@@ -89,7 +89,7 @@ def test_tutorials_exist() -> None:
         assert expected in names
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])  # README: "README"
 def test_tutorial_code_runs(page: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
