@@ -37,6 +37,13 @@ class MemoryStats(TypedDict):
         Allocations served from the cache.
     limit_bytes : int or None
         The cap set with :func:`set_limit`; ``None`` when unlimited.
+
+    Examples
+    --------
+    >>> from sketchcore import memory
+    >>> counters: memory.MemoryStats = memory.stats()
+    >>> counters["reserved_bytes"] >= counters["current_bytes"]
+    True
     """
 
     current_bytes: int

@@ -92,7 +92,14 @@ class SketchOperator:
 
     @property
     def shape(self) -> tuple[int, int]:
-        """``(m, n)``, or ``(n, m)`` for a transposed operator."""
+        """``(m, n)``, or ``(n, m)`` for a transposed operator.
+
+        Examples
+        --------
+        >>> from sketchcore import sketch
+        >>> sketch.srht(8, 100, seed=0).T.shape
+        (100, 8)
+        """
         return (self.n, self.m) if self.transposed else (self.m, self.n)
 
     @property

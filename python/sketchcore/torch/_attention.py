@@ -213,7 +213,49 @@ class RandMultiHeadAttention(nn.Module):
         (``sketch_model(..., attention=m)``): ``key_padding_mask`` (B, S), True or −inf where a
         key is ignored, is applied exactly; ``attn_mask`` only as the causal mask, and it (or
         ``is_causal=True``) makes this call causal; the attention weights are never formed,
-        so ``need_weights``/``average_attn_weights`` change nothing and None stands in for them."""
+        so ``need_weights``/``average_attn_weights`` change nothing and None stands in for them.
+
+        Parameters
+        ----------
+        query : Tensor, shape (B, L, E)
+            (L, B, E) when ``batch_first`` is False.
+        key, value : Tensor, shape (B, S, E)
+            S = L for causal attention.
+        attention_mask : None
+            Panther's argument; only None is supported.
+        key_padding_mask : Tensor, shape (B, S), optional
+            Bool (True = ignore) or float (−inf = ignore, 0 = keep).
+        need_weights, average_attn_weights : bool
+            Accepted for ``nn.MultiheadAttention`` compatibility; no weights are formed.
+        attn_mask : Tensor, optional
+            Only a causal mask (bool upper triangle or −inf above the diagonal).
+        is_causal : bool, default False
+            Makes this call causal.
+
+        Returns
+        -------
+        (Tensor, None)
+            The output, shaped like ``query``, and None for the attention weights.
+
+        Raises
+        ------
+        ValueError
+            Inputs whose shapes do not fit ``embed_dim`` or each other, an ``attention_mask``,
+            an ``attn_mask`` that is not causal, a ``key_padding_mask`` of the wrong shape or
+            values, or causal attention with a different number of keys and queries.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from sketchcore.torch import RandMultiHeadAttention
+        >>> attention = RandMultiHeadAttention(16, 2, num_random_features=32, kernel_fn="relu")
+        >>> q, kv = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+        >>> padding = torch.zeros(3, 7, dtype=torch.bool)
+        >>> padding[:, -2:] = True                       # ignore the last two keys
+        >>> out, _ = attention(q, kv, kv, key_padding_mask=padding)
+        >>> torch.allclose(out, attention(q, kv[:, :5], kv[:, :5])[0], atol=1e-5)
+        True
+        """
         if attention_mask is not None:
             raise ValueError("RandMultiHeadAttention: attention_mask: not supported (expected None); "
                              "use iscausal=True or a causal attn_mask for causal attention")
