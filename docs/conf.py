@@ -91,6 +91,12 @@ def _import_jax_module() -> None:
 
 _import_jax_module()
 
+try:  # the sketchcore.torch reference is generated from the real modules
+    import torch  # noqa: F401
+except ImportError as error:
+    raise RuntimeError("docs: the sketchcore.torch reference needs PyTorch; install it (for the CPU build: "
+                       "pip install torch==2.13.0) and build again") from error
+
 # --- C++ API (Doxygen XML + Breathe) -------------------------------------------------------
 DOXYGEN_XML = os.path.join(HERE, "_build", "doxygen", "xml")
 breathe_projects = {"sketchcore": DOXYGEN_XML}
