@@ -50,7 +50,21 @@ ACTIVATIONS: tuple[str, ...] = activation_names()
 
 def cmake_prefix() -> str:
     """Directory to put on ``CMAKE_PREFIX_PATH`` so that a C++ project's
-    ``find_package(sketchcore CONFIG)`` finds the library inside this installed package."""
+    ``find_package(sketchcore CONFIG)`` finds the library inside this installed package.
+
+    Returns
+    -------
+    str
+        The absolute path of the installed ``sketchcore`` package, which holds the library,
+        its headers and its CMake package configuration (a pip install; an editable install
+        has the Python sources there and no CMake package).
+
+    Examples
+    --------
+    >>> import os, sketchcore
+    >>> os.path.isdir(sketchcore.cmake_prefix())
+    True
+    """
     return os.path.dirname(os.path.abspath(__file__))
 
 

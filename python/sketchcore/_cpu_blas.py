@@ -40,7 +40,25 @@ def set_cpu_blas(mode: Mode) -> None:
     """``"framework"`` (default): GEMMs of calls on NumPy arrays run in NumPy's OpenBLAS and of
     calls on CPU torch tensors in torch's BLAS, where found, so that a pipeline has one thread
     pool; ``"own"``: always sketchcore's own OpenBLAS (bit-identical results across
-    frameworks). Applies to calls made after it, in every thread."""
+    frameworks). Applies to calls made after it, in every thread.
+
+    Parameters
+    ----------
+    mode : {"framework", "own"}
+
+    Raises
+    ------
+    ValueError
+        Any other ``mode``.
+
+    Examples
+    --------
+    >>> import numpy as np, sketchcore
+    >>> sketchcore.set_cpu_blas("own")
+    >>> sketchcore.cpu_blas_of(np.ones(3)).startswith("sketchcore")
+    True
+    >>> sketchcore.set_cpu_blas("framework")      # the default
+    """
     global _mode
     if mode not in _MODES:
         raise ValueError(f"set_cpu_blas: mode: expected one of {_MODES}, got {mode!r}")
@@ -50,7 +68,18 @@ def set_cpu_blas(mode: Mode) -> None:
 
 
 def get_cpu_blas() -> Mode:
-    """The mode set with :func:`set_cpu_blas`."""
+    """The mode set with :func:`set_cpu_blas`.
+
+    Returns
+    -------
+    {"framework", "own"}
+
+    Examples
+    --------
+    >>> import sketchcore
+    >>> sketchcore.get_cpu_blas()
+    'framework'
+    """
     return _mode
 
 

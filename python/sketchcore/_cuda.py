@@ -19,13 +19,42 @@ def _checked_bool(value: object, where: str, name: str) -> bool:
 
 def set_allow_tf32(allow: bool) -> None:
     """Lets float32 GEMMs on CUDA devices use TF32 tensor cores (off by default, so float32
-    results are exact to float32 GEMMs). Applies to calls made after it, in every thread."""
+    results are exact to float32 GEMMs). Applies to calls made after it, in every thread.
+
+    Parameters
+    ----------
+    allow : bool
+
+    Raises
+    ------
+    TypeError
+        ``allow`` is not a bool.
+
+    Examples
+    --------
+    >>> import sketchcore
+    >>> sketchcore.set_allow_tf32(True)
+    >>> sketchcore.get_allow_tf32()
+    True
+    >>> sketchcore.set_allow_tf32(False)           # the default
+    """
     global _allow_tf32
     _allow_tf32 = _checked_bool(allow, "set_allow_tf32", "allow")
 
 
 def get_allow_tf32() -> bool:
-    """Whether float32 GEMMs on CUDA devices may use TF32."""
+    """Whether float32 GEMMs on CUDA devices may use TF32.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import sketchcore
+    >>> sketchcore.get_allow_tf32()
+    False
+    """
     return _allow_tf32
 
 
@@ -35,13 +64,44 @@ def set_gemm_tuning(tune: bool) -> None:
     the process. Off by default (or set ``SKETCHCORE_TUNE_GEMMS=1``): the heuristic's choice is
     reproducible, while a timed choice may differ between processes and with it the last bits
     of the results. GEMMs inside a CUDA graph capture use the heuristic's choice. Applies to
-    calls made after it, in every thread."""
+    calls made after it, in every thread.
+
+    Parameters
+    ----------
+    tune : bool
+
+    Raises
+    ------
+    TypeError
+        ``tune`` is not a bool.
+
+    Examples
+    --------
+    >>> import sketchcore
+    >>> before = sketchcore.get_gemm_tuning()
+    >>> sketchcore.set_gemm_tuning(True)
+    >>> sketchcore.get_gemm_tuning()
+    True
+    >>> sketchcore.set_gemm_tuning(before)
+    """
     global _tune_gemms
     _tune_gemms = _checked_bool(tune, "set_gemm_tuning", "tune")
 
 
 def get_gemm_tuning() -> bool:
-    """Whether CUDA GEMM shapes are timed and tuned at their first call (see set_gemm_tuning)."""
+    """Whether CUDA GEMM shapes are timed and tuned at their first call (see set_gemm_tuning).
+
+    Returns
+    -------
+    bool
+        ``False`` unless :func:`set_gemm_tuning` or ``SKETCHCORE_TUNE_GEMMS=1`` turned it on.
+
+    Examples
+    --------
+    >>> import sketchcore
+    >>> isinstance(sketchcore.get_gemm_tuning(), bool)
+    True
+    """
     return _tune_gemms
 
 

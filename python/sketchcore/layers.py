@@ -22,6 +22,44 @@ def sklinear(x: ArrayT, S1s: Any, S2s: Any, U1s: Any, U2s: Any, bias: Any | None
     with S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k); x (..., in).
     The 2T products are the terms of ``sketched_matmul(x, [S1s; U2s], [U1s; S2s],
     scale=1/(2T))``; the two concatenations copy the factors (small next to x).
+
+    Parameters
+    ----------
+    x : array, shape (..., in)
+        Any DLPack array (NumPy, torch, CuPy, ...).
+    S1s : array, shape (T, in, k)
+    S2s : array, shape (T, k, out)
+    U1s : array, shape (T, k, out)
+    U2s : array, shape (T, in, k)
+        Panther's factors, of ``x``'s framework, dtype and device.
+    bias : array, shape (out,), optional
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+
+    Returns
+    -------
+    array, shape (..., out)
+        A new array of ``x``'s framework (no autograd: see :class:`sketchcore.torch.SKLinear`).
+
+    Raises
+    ------
+    ValueError
+        A factor that is not 3-D, different numbers of terms, or shapes that do not chain
+        (as :func:`sketchcore.sketched_matmul`).
+    TypeError
+        As :func:`sketchcore.sketched_matmul` (non-arrays, mixed dtypes or devices).
+
+    Examples
+    --------
+    >>> import numpy as np, sketchcore
+    >>> rng = np.random.default_rng(0)
+    >>> T, d_in, k, d_out = 2, 16, 4, 8
+    >>> x = rng.standard_normal((5, d_in))
+    >>> S1s, U2s = rng.standard_normal((T, d_in, k)), rng.standard_normal((T, d_in, k))
+    >>> U1s, S2s = rng.standard_normal((T, k, d_out)), rng.standard_normal((T, k, d_out))
+    >>> y = sketchcore.sklinear(x, S1s, S2s, U1s, U2s)
+    >>> ref = sum(x @ S1s[t] @ U1s[t] + x @ U2s[t] @ S2s[t] for t in range(T)) / (2 * T)
+    >>> bool(np.allclose(y, ref))
+    True
     """
     shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
     for name, shape in shapes.items():

@@ -6,10 +6,17 @@ pure function of ``(kind, m, n, seed, nnz, scale)`` and their position (Philox4x
 mapping is documented in ``sketchcore/sketch.hpp``). With ``scale=True`` the operator is
 scaled so that ``E[S.T @ S] = I``.
 
->>> S = sketchcore.sketch.srht(256, 4096, seed=1)
->>> Y = S @ A            # (256, p) from A of shape (4096, p), in O(n log n · p)
->>> Z = B @ S            # (q, 4096) from B of shape (q, 256)
+>>> import numpy as np
+>>> from sketchcore import sketch
+>>> S = sketch.srht(256, 4096, seed=1)
+>>> A, B = np.ones((4096, 3)), np.ones((5, 256))
+>>> (S @ A).shape        # (256, p) from A of shape (4096, p), in O(n log n · p)
+(256, 3)
+>>> (B @ S).shape        # (q, 4096) from B of shape (q, 256)
+(5, 4096)
 >>> D = S.to_dense()     # the same entries, materialized
+>>> bool(np.allclose(D @ A, S @ A))
+True
 """
 from __future__ import annotations
 
@@ -36,6 +43,42 @@ class SketchOperator:
     vector ``(n,)``), ``A @ S`` on the right (``A`` of shape ``(..., p, m)``); the result is
     an array of ``A``'s framework and dtype (float32 or float64). Sparse and SRHT operators
     are never formed; dense ones are generated tile by tile into pooled memory.
+
+    Build one with :func:`gaussian`, :func:`rademacher`, :func:`uniform`, :func:`sparse_sign`,
+    :func:`countsketch` or :func:`srht` rather than with the constructor.
+
+    Parameters
+    ----------
+    kind : {"gaussian", "rademacher", "uniform", "sparse_sign", "countsketch", "srht"}
+        The distribution of the entries.
+    m, n : int
+        The shape, each in [1, 2**31).
+    seed : int
+        In [0, 2**64): with the other arguments, determines every entry.
+    nnz : int, default 1
+        Nonzeros per column of a sparse sign operator, in [1, m].
+    scale : bool, default True
+        Scale so that ``E[S.T @ S] = I``.
+    transposed : bool, default False
+        Whether this is the transpose of the ``(m, n)`` operator (see :attr:`T`).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``kind``, an extent, seed or ``nnz`` out of range, or an SRHT with ``m``
+        larger than ``n`` rounded up to a power of two.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> S = sketch.gaussian(3, 5, seed=1)
+    >>> S
+    sketchcore.sketch.gaussian(3, 5, seed=1, scale=True)
+    >>> S.shape, S.T.shape
+    ((3, 5), (5, 3))
+    >>> (S @ np.ones((5, 2))).shape, (np.ones((4, 3)) @ S).shape
+    ((3, 2), (4, 5))
     """
 
     __array_ufunc__ = None  # lets `ndarray @ operator` reach __rmatmul__
@@ -49,11 +92,28 @@ class SketchOperator:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(m, n)``, or ``(n, m)`` for a transposed operator.
+
+        Examples
+        --------
+        >>> from sketchcore import sketch
+        >>> sketch.srht(8, 100, seed=0).T.shape
+        (100, 8)
+        """
         return (self.n, self.m) if self.transposed else (self.m, self.n)
 
     @property
     def T(self) -> SketchOperator:  # noqa: N802 - the usual name of a transpose
-        """The transposed operator (same entries, no copy)."""
+        """The transposed operator (same entries, no copy).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sketchcore import sketch
+        >>> S = sketch.rademacher(4, 6, seed=0)
+        >>> bool(np.array_equal(S.T.to_dense(), S.to_dense().T))
+        True
+        """
         return SketchOperator(self.kind, self.m, self.n, self.seed, self.nnz, self.scale, not self.transposed)
 
     def _args(self) -> tuple[str, int, int, int, int, bool]:
@@ -68,7 +128,34 @@ class SketchOperator:
 
     def to_dense(self, dtype: Any = None, like: Any = None) -> Any:
         """The operator as a dense array: of ``like``'s framework and device when given,
-        else NumPy. ``dtype`` defaults to ``like``'s dtype, else float64."""
+        else NumPy. ``dtype`` defaults to ``like``'s dtype, else float64.
+
+        Parameters
+        ----------
+        dtype : dtype, optional
+            float16, bfloat16, float32 or float64 (of ``like``'s framework when given).
+        like : array, optional
+            Any DLPack array (NumPy, torch, CuPy, ...): the result is of its framework and on
+            its device, CUDA included (the same bits as on the CPU).
+
+        Returns
+        -------
+        array, shape ``self.shape``
+            A new array of ``like``'s framework (NumPy without ``like``).
+
+        Raises
+        ------
+        TypeError
+            ``like`` is not an array, or ``dtype`` is not a floating-point type.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sketchcore import sketch
+        >>> D = sketch.rademacher(4, 8, seed=2).to_dense(np.float32)
+        >>> D.shape, D.dtype, sorted(set(np.abs(D).ravel().tolist()))
+        ((4, 8), dtype('float32'), [0.5])
+        """
         import numpy as np
         if like is None:
             out = np.empty((self.m, self.n), dtype=np.dtype(dtype or "float64"))
@@ -84,7 +171,39 @@ class SketchOperator:
         """Rows ``rows`` × columns ``cols`` of the operator as a NumPy array, generated on
         their own: bit-identical to the same block of ``to_dense()``. Each index is a
         unit-step slice or an int; an int selects one row (column) and drops that
-        dimension, as NumPy indexing does (``S.block(3, slice(None))`` is row 3, 1-D)."""
+        dimension, as NumPy indexing does (``S.block(3, slice(None))`` is row 3, 1-D).
+
+        Parameters
+        ----------
+        rows, cols : slice or int
+            Unit-step slices (negative bounds count from the end) or indices.
+        dtype : dtype, optional
+            float32 or float64 (the default).
+
+        Returns
+        -------
+        numpy.ndarray
+            The block: 2-D, or 1-D / 0-D where an index is an int.
+
+        Raises
+        ------
+        ValueError
+            A slice with a step other than 1.
+        TypeError
+            An index that is neither a slice nor an int.
+        IndexError
+            An int index outside the operator.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sketchcore import sketch
+        >>> S = sketch.gaussian(100, 50, seed=7)
+        >>> bool(np.array_equal(S.block(slice(10, 20), slice(None)), S.to_dense()[10:20]))
+        True
+        >>> S.block(3, slice(0, 5)).shape
+        (5,)
+        """
         import numpy as np
         m, n = self.shape
         r0, r1 = _block_range(rows, m, "rows")
@@ -102,7 +221,43 @@ class SketchOperator:
         return result
 
     def apply(self, A: ArrayT, side: Literal["left", "right"] = "left", out: ArrayT | None = None) -> ArrayT:
-        """``self @ A`` (side="left") or ``A @ self`` (side="right"), into ``out`` if given."""
+        """``self @ A`` (side="left") or ``A @ self`` (side="right"), into ``out`` if given.
+
+        Parameters
+        ----------
+        A : array
+            float32 or float64 (16-bit types on CUDA devices too), of shape ``(n, p)``,
+            ``(..., n, p)`` or ``(n,)`` for a left application (``(..., p, m)`` for a right
+            one), from any DLPack producer; leading dimensions are a batch.
+        side : {"left", "right"}
+            Which side the operator is applied on.
+        out : array, optional
+            Written in place and returned: the result's shape, ``A``'s dtype and device.
+
+        Returns
+        -------
+        array
+            ``out`` if given, else a new array of ``A``'s framework, dtype and device.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``side``, or shapes that do not fit the operator (the message names
+            the expected shape).
+        TypeError
+            ``A`` is not an array or not of a floating-point dtype.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sketchcore import sketch
+        >>> S = sketch.sparse_sign(16, 64, 4, seed=0)
+        >>> A = np.random.default_rng(0).standard_normal((64, 3))
+        >>> bool(np.allclose(S.apply(A), S.to_dense() @ A))
+        True
+        >>> S.apply(np.ones((2, 16)), side="right").shape
+        (2, 64)
+        """
         if side not in ("left", "right"):
             raise ValueError(f"side: expected 'left' or 'right', got {side!r}")
         return _sketch.apply(*self._args(), A, side == "right", self.transposed, out)
@@ -157,35 +312,224 @@ def _make(kind: str, m: int, n: int, seed: int | None, nnz: int = 1, scale: bool
 
 
 def gaussian(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
-    """Entries N(0, 1/m) (N(0, 1) unscaled)."""
+    """Entries N(0, 1/m) (N(0, 1) unscaled).
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Entries N(0, 1/m) (``False``: N(0, 1)).
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> S = sketch.gaussian(256, 1000, seed=0)
+    >>> x = np.random.default_rng(0).standard_normal(1000)
+    >>> bool(0.8 < np.linalg.norm(S @ x) / np.linalg.norm(x) < 1.2)
+    True
+    """
     return _make("gaussian", m, n, seed, scale=scale)
 
 
 def rademacher(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
-    """Entries ±1/√m (±1 unscaled): Panther's scaled sign sketch."""
+    """Entries ±1/√m (±1 unscaled): Panther's scaled sign sketch.
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Entries ±1/√m (``False``: ±1).
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> sorted(set(sketch.rademacher(4, 10, seed=0, scale=False).to_dense().ravel().tolist()))
+    [-1.0, 1.0]
+    """
     return _make("rademacher", m, n, seed, scale=scale)
 
 
 def uniform(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
-    """Entries uniform on [−√(3/m), √(3/m)] (variance 1/m; [−√3, √3] unscaled)."""
+    """Entries uniform on [−√(3/m), √(3/m)] (variance 1/m; [−√3, √3] unscaled).
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Entries uniform on [−√(3/m), √(3/m)] (``False``: on [−√3, √3]).
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> D = sketch.uniform(3, 1000, seed=0).to_dense()
+    >>> bool(np.abs(D).max() <= np.sqrt(3 / 3))
+    True
+    """
     return _make("uniform", m, n, seed, scale=scale)
 
 
 def sparse_sign(m: int, n: int, nnz: int = 8, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
     """Exactly ``nnz`` nonzeros ±1/√nnz per column at distinct rows (±1 unscaled); an SJLT.
-    ``nnz`` must lie in [1, m]; ``min(nnz, m)`` is not applied silently."""
+    ``nnz`` must lie in [1, m]; ``min(nnz, m)`` is not applied silently.
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    nnz : int, default 8
+        Nonzeros per column, in [1, m].
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Nonzeros ±1/√nnz (``False``: ±1).
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n``, ``nnz`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range, or ``nnz`` outside [1, m].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> D = sketch.sparse_sign(32, 100, 4, seed=0).to_dense()
+    >>> set((D != 0).sum(axis=0).tolist())
+    {4}
+    """
     return _make("sparse_sign", m, n, seed, nnz, scale)
 
 
 def countsketch(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
-    """One ±1 per column at a random row (a sparse sign sketch with nnz = 1)."""
+    """One ±1 per column at a random row (a sparse sign sketch with nnz = 1).
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Has no effect on the entries (±1 either way): a single nonzero per column needs no scaling.
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> D = sketch.countsketch(8, 20, seed=0).to_dense()
+    >>> set((D != 0).sum(axis=0).tolist()), sorted(set(D[D != 0].tolist()))
+    ({1}, [-1.0, 1.0])
+    """
     return _make("countsketch", m, n, seed, 1, scale)
 
 
 def srht(m: int, n: int, *, seed: int | None = None, scale: bool = True) -> SketchOperator:
     """Subsampled randomized Hadamard transform √(n'/m)·R·H·D (n' = n rounded up to a power
     of two, H orthonormal, D random signs, R m distinct rows), restricted to n columns.
-    Applied in O(n' log n') per vector; requires m ≤ n'."""
+    Applied in O(n' log n') per vector; requires m ≤ n'.
+
+    Parameters
+    ----------
+    m, n : int
+        The operator's shape ``(m, n)``: it maps vectors of length ``n`` to length ``m``.
+        Each in [1, 2**31).
+    seed : int, optional
+        In [0, 2**64); ``None`` draws a fresh seed. The same seed gives the same entries on
+        any thread count and device.
+    scale : bool, default True
+        Multiply by √(n'/m) (``False``: R·H·D alone, with orthonormal rows).
+
+    Returns
+    -------
+    SketchOperator
+
+    Raises
+    ------
+    TypeError
+        ``m``, ``n`` or ``seed`` is not an int.
+    ValueError
+        An extent or the seed out of range, or ``m`` larger than ``n`` rounded up to a power of two.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore import sketch
+    >>> S = sketch.srht(64, 1000, seed=0)
+    >>> A = np.random.default_rng(1).standard_normal((1000, 4))
+    >>> bool(np.allclose(S @ A, S.to_dense() @ A))
+    True
+    """
     return _make("srht", m, n, seed, 1, scale)
 
 
@@ -199,7 +543,33 @@ def jl_min_dim(n_samples: Any, eps: Any = 0.1) -> Any:
     """Smallest safe sketch dimension by the Johnson–Lindenstrauss lemma, with the same
     formula as scikit-learn's ``johnson_lindenstrauss_min_dim``:
     ``4·ln(n_samples) / (eps²/2 − eps³/3)``, rounded down. Scalars give an int; arrays
-    (NumPy broadcasting) give an int64 array."""
+    (NumPy broadcasting) give an int64 array.
+
+    Parameters
+    ----------
+    n_samples : int or array_like
+        Number of points whose pairwise distances are to be kept (positive).
+    eps : float or array_like, default 0.1
+        The allowed relative distortion, in (0, 1).
+
+    Returns
+    -------
+    int or numpy.ndarray of int64
+        The sketch dimension for each (broadcast) pair of arguments.
+
+    Raises
+    ------
+    ValueError
+        ``eps`` outside (0, 1), or ``n_samples`` not positive numbers.
+
+    Examples
+    --------
+    >>> from sketchcore import sketch
+    >>> sketch.jl_min_dim(10_000, eps=0.1)
+    7894
+    >>> sketch.jl_min_dim([100, 1000], eps=0.5).tolist()
+    [221, 331]
+    """
     import numpy as np
     eps_arr = np.asarray(eps, dtype=float)
     n_arr = np.asarray(n_samples)

@@ -27,6 +27,32 @@ def _subcommands() -> dict[str, Callable[[list[str]], int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command line ``python -m sketchcore [SUBCOMMAND] ARGS...``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; ``None`` reads ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success; 2 when a subcommand cannot do its work (``convert``
+        without PyTorch or with an unreadable model, ``landscape --plot`` without
+        matplotlib), with the reason on stderr; 130 when interrupted with Ctrl-C.
+
+    Raises
+    ------
+    SystemExit
+        From argparse, for ``--help``, ``--version`` or bad arguments (status 0 or 2).
+
+    Examples
+    --------
+    >>> from sketchcore.cli import main
+    >>> main(["memory", "--quick"])          # doctest: +ELLIPSIS
+    one training step of a 1024 × 1024 → 1024 layer ...
+    0
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         commands = _subcommands()

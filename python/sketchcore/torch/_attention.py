@@ -118,7 +118,47 @@ class RandMultiHeadAttention(SketchedLayer):
     buffer ``projection_matrix`` (m, head_dim)). ``forward(query, key, value)`` takes
     batch-first (B, L, embed) tensors and returns ``(output, None)`` like Panther. See the
     module docstring for the kernels, causality, dropout and the features (``seed``, default
-    0, chooses them; Panther's ``SRPE`` argument is not supported)."""
+    0, chooses them; Panther's ``SRPE`` argument is not supported).
+
+    Parameters
+    ----------
+    embed_dim : int
+        Model width E; a multiple of ``num_heads``.
+    num_heads : int
+    num_random_features : int
+        m, the number of random features per head: time and memory grow with it, the error
+        against exact softmax attention falls with it.
+    dropout : float, default 0.0
+        In [0, 1): drops whole keys from the numerator during training (see above).
+    bias : bool, default True
+        Biases on the four projections.
+    kernel_fn : {"softmax", "relu"}
+        FAVOR+'s positive softmax features, or relu features.
+    iscausal : bool, default False
+        Each query attends to itself and earlier tokens only, exactly.
+    device, dtype : optional
+        Of the parameters.
+    seed : int, default 0
+        Chooses the random features (≥ 0); torch's global RNG is not touched.
+
+    Raises
+    ------
+    ValueError
+        ``embed_dim`` not a multiple of ``num_heads``, ``dropout`` outside [0, 1), an unknown
+        ``kernel_fn``, non-bool ``iscausal``/``bias``, a negative ``seed``; in ``forward``,
+        inputs of the wrong shape, an unsupported ``attention_mask``/``attn_mask``, or a
+        ``key_padding_mask`` of the wrong shape or values.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sketchcore.torch import RandMultiHeadAttention
+    >>> attention = RandMultiHeadAttention(32, num_heads=4, num_random_features=64, iscausal=True)
+    >>> x = torch.randn(2, 10, 32)                      # (B, L, E)
+    >>> out, weights = attention(x, x, x)
+    >>> out.shape, weights
+    (torch.Size([2, 10, 32]), None)
+    """
 
     Wq: nn.Parameter
     Wk: nn.Parameter
@@ -174,7 +214,49 @@ class RandMultiHeadAttention(SketchedLayer):
         (``sketch_model(..., attention=m)``): ``key_padding_mask`` (B, S), True or −inf where a
         key is ignored, is applied exactly; ``attn_mask`` only as the causal mask, and it (or
         ``is_causal=True``) makes this call causal; the attention weights are never formed,
-        so ``need_weights``/``average_attn_weights`` change nothing and None stands in for them."""
+        so ``need_weights``/``average_attn_weights`` change nothing and None stands in for them.
+
+        Parameters
+        ----------
+        query : Tensor, shape (B, L, E)
+            (L, B, E) when ``batch_first`` is False.
+        key, value : Tensor, shape (B, S, E)
+            S = L for causal attention.
+        attention_mask : None
+            Panther's argument; only None is supported.
+        key_padding_mask : Tensor, shape (B, S), optional
+            Bool (True = ignore) or float (−inf = ignore, 0 = keep).
+        need_weights, average_attn_weights : bool
+            Accepted for ``nn.MultiheadAttention`` compatibility; no weights are formed.
+        attn_mask : Tensor, optional
+            Only a causal mask (bool upper triangle or −inf above the diagonal).
+        is_causal : bool, default False
+            Makes this call causal.
+
+        Returns
+        -------
+        (Tensor, None)
+            The output, shaped like ``query``, and None for the attention weights.
+
+        Raises
+        ------
+        ValueError
+            Inputs whose shapes do not fit ``embed_dim`` or each other, an ``attention_mask``,
+            an ``attn_mask`` that is not causal, a ``key_padding_mask`` of the wrong shape or
+            values, or causal attention with a different number of keys and queries.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from sketchcore.torch import RandMultiHeadAttention
+        >>> attention = RandMultiHeadAttention(16, 2, num_random_features=32, kernel_fn="relu")
+        >>> q, kv = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+        >>> padding = torch.zeros(3, 7, dtype=torch.bool)
+        >>> padding[:, -2:] = True                       # ignore the last two keys
+        >>> out, _ = attention(q, kv, kv, key_padding_mask=padding)
+        >>> torch.allclose(out, attention(q, kv[:, :5], kv[:, :5])[0], atol=1e-5)
+        True
+        """
         if attention_mask is not None:
             raise ValueError("RandMultiHeadAttention: attention_mask: not supported (expected None); "
                              "use iscausal=True or a causal attn_mask for causal attention")
@@ -252,7 +334,44 @@ def make_performer(mha: nn.MultiheadAttention, num_random_features: int, kernel_
                    iscausal: bool = False, *, seed: int = 0) -> RandMultiHeadAttention:
     """A :class:`RandMultiHeadAttention` with ``mha``'s projections, biases and dropout (copied,
     not shared) and layout (``batch_first``). Panther's name and arguments. ``mha`` must
-    project q, k and v from the same embedding size (``kdim == vdim == embed_dim``)."""
+    project q, k and v from the same embedding size (``kdim == vdim == embed_dim``).
+
+    Parameters
+    ----------
+    mha : torch.nn.MultiheadAttention
+        The attention to replace; it is not modified.
+    num_random_features : int
+        Random features per head.
+    kernel_fn : {"softmax", "relu"}
+    iscausal : bool, default False
+    seed : int, default 0
+        Chooses the random features.
+
+    Returns
+    -------
+    RandMultiHeadAttention
+        On ``mha``'s device and dtype.
+
+    Raises
+    ------
+    TypeError
+        ``mha`` is not an ``nn.MultiheadAttention``.
+    ValueError
+        ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv=True``, or arguments
+        :class:`RandMultiHeadAttention` refuses.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sketchcore.torch import make_performer
+    >>> mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    >>> performer = make_performer(mha, num_random_features=256, kernel_fn="softmax")
+    >>> x = torch.randn(2, 16, 32)
+    >>> exact, _ = mha(x, x, x)
+    >>> approx, _ = performer(x, x, x)
+    >>> approx.shape == exact.shape
+    True
+    """
     if not isinstance(mha, nn.MultiheadAttention):
         raise TypeError(f"make_performer: mha: expected a torch.nn.MultiheadAttention, got {type(mha).__name__}")
     if not mha._qkv_same_embed_dim:

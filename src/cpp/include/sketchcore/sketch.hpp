@@ -75,7 +75,9 @@ SKETCHCORE_API std::vector<std::int64_t> sketch_apply_output_shape(const SketchO
 /// dense kinds are generated tile by tile into pooled memory and multiplied by BLAS;
 /// sparse kinds are applied by scatter/gather in O(nnz · n · p); SRHT by a fast
 /// Walsh–Hadamard transform in O(n' log n' · p). Leading dimensions of `a` are a batch.
-/// @throws shape_error, dtype_error, device_error as for sketched_matmul
+/// @throws shape_error  as for sketched_matmul
+/// @throws dtype_error  as for sketched_matmul
+/// @throws device_error as for sketched_matmul
 SKETCHCORE_API void sketch_apply(const SketchOperator& op, const TensorView& a, const TensorView& out,
                                  Side side = Side::left, bool transpose = false);
 

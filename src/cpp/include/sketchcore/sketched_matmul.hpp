@@ -40,8 +40,9 @@ SKETCHCORE_API std::vector<std::int64_t> sketched_matmul_output_shape(const Tens
 /// `out = act(bias)` (an empty sum).
 ///
 /// Thread safety: concurrent calls are safe as long as their outputs do not overlap.
-/// @throws shape_error, dtype_error, device_error as sketched_matmul_output_shape, and for
-///         a wrong `out` or `epilogue.bias`
+/// @throws shape_error  as sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws dtype_error  as sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws device_error as sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
 /// @throws std::invalid_argument for a non-finite `epilogue.scale`
 SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
                                     const TensorView& out, const Epilogue& epilogue = {});
@@ -83,7 +84,9 @@ struct SketchedMatmulGradients {
 ///   dSp = scale·xᵀ·(G·Upᵀ), dx = scale·(G·Upᵀ)·Spᵀ — only the requested ones, in row
 ///   chunks with pooled temporaries. `intermediate` is the Z written by the forward.
 /// Derivatives at the kinks follow PyTorch: relu′(0) = 0.
-/// @throws shape_error, dtype_error, device_error for operands that do not fit
+/// @throws shape_error  for operands whose shapes do not fit
+/// @throws dtype_error  for operands whose dtypes do not fit
+/// @throws device_error for operands on different devices
 SKETCHCORE_API void sketched_matmul_backward(const TensorView& grad_out, const TensorView& x, const TensorView& S,
                                              const TensorView& U, const TensorView& intermediate,
                                              const Epilogue& epilogue, const SketchedMatmulGradients& grads);

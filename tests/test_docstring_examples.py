@@ -1,0 +1,62 @@
+"""Runs the ``Examples`` of the public API's docstrings (doctest), so that the reference's
+examples stay true. One test per module; modules that need an optional framework that is not
+installed (torch, JAX) are skipped, naming it."""
+from __future__ import annotations
+
+import doctest
+import importlib
+import importlib.util
+
+import pytest
+
+MODULES = [
+    "sketchcore",
+    "sketchcore._cpu_blas",
+    "sketchcore._cuda",
+    "sketchcore._ops",
+    "sketchcore._dlpack",
+    "sketchcore.sketch",
+    "sketchcore.memory",
+    "sketchcore.layers",
+    "sketchcore.linalg",
+    "sketchcore.cli",
+    "sketchcore.torch",
+    "sketchcore.torch._attention",
+    "sketchcore.torch._conv",
+    "sketchcore.torch._convert",
+    "sketchcore.torch._functional",
+    "sketchcore.torch._lowrank",
+    "sketchcore.torch._modules",
+    "sketchcore.jax",
+]
+OPTIONAL = {"sketchcore.torch": "torch", "sketchcore.jax": "jax"}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    needs = next((module for prefix, module in OPTIONAL.items() if name.startswith(prefix)), None)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{name} needs {needs}, which is not installed")
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as error:  # a missing optional framework: anything else fails
+        if error.name and error.name.split(".")[0] in ("torch", "jax", "jaxlib"):
+            pytest.skip(f"{name} needs {error.name}")
+        raise
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    tests = [t for t in finder.find(module, name) if t.examples]
+    for test in tests:
+        runner.run(test)
+    results = runner.summarize(verbose=False)
+    assert results.failed == 0, f"{results.failed} of {results.attempted} docstring examples of {name} failed"
+
+
+def test_the_finder_sees_the_examples() -> None:
+    """The test above checks what it finds: the modules whose docstrings have examples are found."""
+    import sketchcore.memory
+    import sketchcore.sketch
+
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    for module in (sketchcore.sketch, sketchcore.memory):
+        assert sum(len(t.examples) for t in finder.find(module, module.__name__)) >= 10
