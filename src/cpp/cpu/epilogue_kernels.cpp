@@ -52,19 +52,6 @@ struct GeluTanhF {  // z·σ(2u), u = c·(z + a·z³)
     return s + h * s * sc * (2.0 * kGeluC) * (1.0 + 3.0 * kGeluA * h * h);
   }
 };
-struct SiluF {  // z·σ(z)
-  static double forward(double z) {
-    double s, sc;
-    vmath::sigmoid_pair(z, s, sc);
-    return z * s;
-  }
-  static double derivative(double h) {  // σ(h)·(1 + h·(1 − σ(h)))
-    double s, sc;
-    vmath::sigmoid_pair(h, s, sc);
-    return s * (1.0 + h * sc);
-  }
-};
-
 // The relu forward stays in float32 (it rounds nothing).
 SKETCHCORE_CLONES void relu_forward(float* __restrict y, const float* __restrict bias, std::int64_t n) {
   if (bias) {
@@ -109,7 +96,14 @@ SKETCHCORE_CLONES void gelu_forward(float* y, const float* bias, std::int64_t n)
 SKETCHCORE_CLONES void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluTanhF>(y, bias, n);
 }
-SKETCHCORE_CLONES void silu_forward(float* y, const float* bias, std::int64_t n) { forward_loop<SiluF>(y, bias, n); }
+// SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
+SKETCHCORE_CLONES void silu_forward(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j]);
+  }
+}
 
 SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
                                      std::int64_t n) {
@@ -125,8 +119,13 @@ SKETCHCORE_CLONES void gelu_backward(const float* dy, float* g, const float* bia
 SKETCHCORE_CLONES void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<GeluTanhF>(dy, g, bias, n);
 }
-SKETCHCORE_CLONES void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  backward_loop<SiluF>(dy, g, bias, n);
+SKETCHCORE_CLONES void silu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+                                     std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j]);
+  }
 }
 
 }  // namespace
