@@ -64,13 +64,13 @@ def test_bare_product_vs_numpy(problem, paired):
 
 
 def test_bare_product_with_terms_vs_numpy(problem, paired):
-    """No target: sketchcore given S as (T, d_in, k) and U as (T, k, d_out), so it packs S
-    on every call (or, with few rows, makes one batched call), against NumPy on the
-    pre-packed arrays. Shows what the 3-D layout costs."""
+    """Target ≥ 0.95× (issue 26): sketchcore given S as (T, d_in, k) and U as (T, k, d_out),
+    so it packs S on every call (or, with few rows, makes one batched call), against NumPy on
+    the pre-packed arrays. Shows what the 3-D layout costs."""
     shape, x, S, U, _, Sp, Up = problem
     check(sketchcore.sketched_matmul(x, S, U), (x.astype(np.float64) @ Sp) @ Up)
     paired(group_name(shape), "sketched_matmul 3-D S", "numpy (x@S)@U", lambda: sketchcore.sketched_matmul(x, S, U),
-           lambda: (x @ Sp) @ Up, pairs=pairs_for(shape))
+           lambda: (x @ Sp) @ Up, pairs=pairs_for(shape), target=0.95)
 
 
 def test_fused_relu_bias_vs_numpy(problem, paired):

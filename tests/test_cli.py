@@ -13,10 +13,29 @@ def table_rows(text):
     return [line for line in text.splitlines() if re.match(r"^\s*\d+ × ", line)]
 
 
+def test_quick_run_leads_with_the_fused_layer_and_its_memory(capsys):
+    assert cli.main(["--quick", "--repeats", "2", "--budget", "0.01"]) == 0
+    text = capsys.readouterr().out
+    fused_part, bare_part = text.split("The bare product")
+    rows = table_rows(fused_part)
+    assert "fused layer" in fused_part and len(rows) == len(cli.QUICK_SHAPES)
+    for row, (b, di, do, t, k) in zip(rows, cli.QUICK_SHAPES):
+        cells = [c.strip() for c in row.split("|")]
+        times = [float(c.split()[0]) for c in (cells[1], cells[2], cells[4])]
+        assert all(t > 0 for t in times)
+        low, high = (times[1] - 0.005) / (times[0] + 0.005), (times[1] + 0.005) / max(times[0] - 0.005, 1e-9)
+        assert low - 0.005 <= float(cells[3].rstrip("×")) <= high + 0.005
+        memory = [float(v) for v in cells[6].split("/")]
+        # Every side allocates at least its float32 output (b × d_out).
+        assert all(m >= b * do * 4 / 2**20 - 0.05 for m in memory)
+        assert float(cells[7]) < 1e-5 and float(cells[8]) < 1e-5
+    assert len(table_rows(bare_part)) == len(cli.QUICK_SHAPES)
+
+
 def test_quick_run_prints_a_row_per_shape_with_small_errors(capsys):
     assert cli.main(["--quick", "--repeats", "2", "--budget", "0.01"]) == 0
     text = capsys.readouterr().out
-    rows = table_rows(text)
+    rows = table_rows(text.split("The bare product")[1])
     assert len(rows) == len(cli.QUICK_SHAPES)
     for row in rows:
         cells = [c.strip() for c in row.split("|")]
@@ -51,4 +70,4 @@ def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "sketchcore", "--quick", "--repeats", "1", "--budget", "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert len(table_rows(done.stdout)) == len(cli.QUICK_SHAPES)
+    assert len(table_rows(done.stdout)) == 2 * len(cli.QUICK_SHAPES)  # the fused table and the bare one

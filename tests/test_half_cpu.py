@@ -83,3 +83,49 @@ def test_torch_bfloat16_and_half_models_on_the_cpu():
         assert layer.S1s.grad is not None and layer.S1s.grad.dtype == dtype
         lr = LowRankLinear(32, 16, 4, dtype=dtype)
         assert lr(x.to(dtype)).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_strided_16bit_operands_and_out_match_float32_rounded_once(rng, dtype):
+    """x and out viewed with strides (staged chunk by chunk) and an intermediate: the result is
+    the float32 computation on the widened values, rounded once (within one 16-bit ulp where
+    the two GEMM layouts may sum in another order)."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype)
+    base = torch.from_numpy(rng.standard_normal((37, 2 * 24), dtype=np.float32)).to(dt)
+    x = base[:, ::2]  # column stride 2: no in-place BLAS operand
+    S = torch.from_numpy(rng.standard_normal((3, 24, 5), dtype=np.float32) / 5).to(dt)
+    U = torch.from_numpy(rng.standard_normal((3, 5, 19), dtype=np.float32) / 4).to(dt)
+    b = torch.from_numpy(rng.standard_normal(19, dtype=np.float32)).to(dt)
+    out_base = torch.zeros(19, 37, dtype=dt)
+    out = out_base.t()  # row stride 1, column stride 37
+    z = torch.empty(37, 15, dtype=dt)
+    kwargs = dict(bias=b, activation="gelu", dropout_p=0.25, seed=11)
+    sketchcore.sketched_matmul(x, S, U, out=out, intermediate=z, **kwargs)
+    z32 = torch.empty(37, 15)
+    y32 = sketchcore.sketched_matmul(x.float(), S.float(), U.float(), intermediate=z32,
+                                     **{**kwargs, "bias": b.float()})
+    for got, want in ((out, y32.to(dt)), (z, z32.to(dt))):
+        gap = (got.float() - want.float()).abs()
+        one_ulp = want.float().abs() * (2.0 ** -10 if dtype == "float16" else 2.0 ** -7) + 1e-30
+        assert torch.all(gap <= one_ulp), float((gap / one_ulp).max())
+    assert torch.equal(out == 0, y32 == 0)  # the same dropout mask
+
+
+def test_16bit_forward_makes_no_full_size_float32_copy_of_x_or_out():
+    """The 16-bit forward widens x and rounds y chunk by chunk: its pooled peak stays below the
+    float32 copies of x and y that a widen-everything path needs (32 + 8 MiB here)."""
+    rows, d_in, d_out = 8192, 1024, 256
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((rows, d_in)).astype(np.float16)
+    S = (rng.standard_normal((d_in, 16)) / 32).astype(np.float16)
+    U = (rng.standard_normal((16, d_out)) / 4).astype(np.float16)
+    out = np.empty((rows, d_out), np.float16)
+    sketchcore.sketched_matmul(x, S, U, out=out)
+    sketchcore.memory.reset_peak()
+    before = sketchcore.memory.stats()["current_bytes"]
+    sketchcore.sketched_matmul(x, S, U, out=out)
+    peak = sketchcore.memory.stats()["peak_bytes"] - before
+    assert peak < 4 * (x.size + out.size), peak
+    ref = (x.astype(np.float32) @ S.astype(np.float32)) @ U.astype(np.float32)
+    assert np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref) < 5e-3

@@ -107,3 +107,65 @@ TEST(Half, SketchedMatmulInHalfPrecisionOnTheCpu) {
 }
 
 }  // namespace
+
+namespace {
+
+// The bulk conversions (vectorised, F16C where the CPU has it) give the scalar conversions'
+// bits: every 16-bit pattern widened, and float32 patterns of every kind narrowed (random
+// bits, the rounding boundaries, subnormal halves, overflow), NaN only required to stay NaN.
+TEST(HalfBulk, WidenEveryPatternAsTheScalarConversion) {
+  std::vector<std::uint16_t> all(65536 + 5);
+  for (std::uint32_t b = 0; b < all.size(); ++b) all[b] = static_cast<std::uint16_t>(b);
+  for (const bool bf16 : {false, true}) {
+    std::vector<float> out(all.size());
+    d::widen_half(bf16 ? DType::bfloat16 : DType::float16, all.data(), out.data(), static_cast<std::int64_t>(all.size()));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const float want = bf16 ? d::bfloat16_to_float(all[i]) : d::float16_to_float(all[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+      } else {
+        EXPECT_EQ(d::float_bits(out[i]), d::float_bits(want)) << i;
+      }
+    }
+  }
+}
+
+TEST(HalfBulk, NarrowAsTheScalarConversion) {
+  std::mt19937 rng(5);
+  std::vector<float> in;
+  for (int i = 0; i < 200000; ++i) in.push_back(d::bits_float(static_cast<std::uint32_t>(rng())));
+  for (std::uint32_t h = 0; h < 0x7C00u; ++h) {  // every half value ± half an ulp: ties and neighbours
+    const float v = d::float16_to_float(static_cast<std::uint16_t>(h));
+    for (int delta : {-1, 0, 1}) {
+      for (std::uint32_t half_ulp : {0x1000u, 0x0FFFu}) {
+        const std::uint32_t bits = d::float_bits(v) + half_ulp + static_cast<std::uint32_t>(delta);
+        in.push_back(d::bits_float(bits));
+        in.push_back(-d::bits_float(bits));
+      }
+    }
+  }
+  for (float v : {65504.0f, 65519.0f, 65520.0f, 1e30f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-40f, 0.0f, -0.0f}) in.push_back(v);
+  for (const bool bf16 : {false, true}) {
+    std::vector<std::uint16_t> out(in.size());
+    d::narrow_half(bf16 ? DType::bfloat16 : DType::float16, in.data(), out.data(), static_cast<std::int64_t>(in.size()));
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (std::isnan(in[i])) {
+        EXPECT_TRUE(is_nan16(out[i], bf16)) << i;
+      } else {
+        EXPECT_EQ(out[i], bf16 ? d::float_to_bfloat16(in[i]) : d::float_to_float16(in[i])) << "input bits " << std::hex
+                                                                                          << d::float_bits(in[i]);
+      }
+    }
+  }
+  std::vector<std::uint16_t> portable(in.size());  // the path of CPUs without F16C
+  d::narrow_float16_portable(in.data(), portable.data(), static_cast<std::int64_t>(in.size()));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(is_nan16(portable[i], false)) << i;
+    } else {
+      EXPECT_EQ(portable[i], d::float_to_float16(in[i])) << "input bits " << std::hex << d::float_bits(in[i]);
+    }
+  }
+}
+
+}  // namespace

@@ -1,6 +1,7 @@
 // The CPU backend: float32 and float64 computed directly on host memory; float16 and bfloat16
-// computed in float32 (operands widened into pooled copies, results rounded once into the
-// caller's arrays: cpu/half.hpp). Temporaries come from the host pool.
+// computed in float32 (operands widened by vectorised conversions, results rounded once into
+// the caller's arrays: cpu/half.hpp; the forward's x, out and Z chunk by chunk). Temporaries
+// come from the host pool.
 #include <cstdint>
 #include <optional>
 
@@ -19,20 +20,17 @@ std::optional<Narrowed> narrow(const std::optional<TensorView>& v) {
   return v ? std::optional<Narrowed>(std::in_place, *v) : std::nullopt;
 }
 
+// The factors and the bias are widened whole (they are small and S is packed anyway); x, out
+// and the intermediate stay 16-bit: the float32 executor widens and rounds them chunk by chunk
+// (cpu/sketched_matmul_cpu.cpp).
 void forward_in_float32(const SketchedMatmulProblem& p) {
-  const Widened x(p.x), S(p.S), U(p.U);
+  const Widened S(p.S), U(p.U);
   const std::optional<Widened> bias = widen(p.epilogue.bias);
-  const Narrowed out(p.out);
-  std::optional<Narrowed> z;
-  if (p.intermediate) z.emplace(*p.intermediate);
   Epilogue epilogue = p.epilogue;
   if (bias) epilogue.bias = bias->view();
-  SketchedMatmulProblem wide{x.view(), S.view(), U.view(), out.view(), epilogue, p.rows, p.d_in, p.terms, p.rank,
-                             p.d_out};
-  if (z) wide.intermediate = &z->view();
+  SketchedMatmulProblem wide{p.x, S.view(), U.view(), p.out, epilogue, p.rows, p.d_in, p.terms, p.rank, p.d_out};
+  wide.intermediate = p.intermediate;
   cpu_sketched_matmul(wide);
-  out.store();
-  if (z) z->store();
 }
 
 void backward_in_float32(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) {

@@ -1,3 +1,7 @@
+// The CPU epilogue over a row-major block, one row at a time (the row stays in L1 between
+// the activation and the dropout): float32 through the vectorised kernels of
+// cpu/epilogue_kernels.cpp, float64 through the scalar libm formulas of
+// detail/activations.hpp (both with the vectorised Philox mask words).
 #include "detail/epilogue_cpu.hpp"
 
 #include <algorithm>
@@ -5,58 +9,61 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu/epilogue_kernels.hpp"
 #include "detail/activations.hpp"
 #include "detail/philox.hpp"
+#include "detail/scratch.hpp"
 
 namespace sketchcore::detail {
 
 namespace {
 
-template <class T, class Grad>
-void activation_backward_rows(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
-                              std::int64_t cols, const T* bias, std::int64_t bias_stride, Grad grad) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* d = dy + r * ld_dy;
-    T* row = g + r * ld;
-    if (bias) {
-      for (std::int64_t j = 0; j < cols; ++j) row[j] = d[j] * grad(row[j] + bias[j * bias_stride]);
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) row[j] = d[j] * grad(row[j]);
-    }
-  }
-}
+/// Columns whose mask words are drawn at once (16 KiB of words on the stack).
+constexpr std::int64_t kMaskColumns = 4096;
 
-template <class T, class Act>
-void bias_activation_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, const T* bias,
-                          std::int64_t bias_stride, Act act) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* row = y + r * ld;
-    if (bias) {
-      for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j] + bias[j * bias_stride]);
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) row[j] = act(row[j]);
-    }
-  }
-}
-
+/// Applies the dropout of `d` to one row (global index `row`) of `cols` elements.
 template <class T>
-void dropout_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
-                  const DropoutPlan& d) {
-  const T keep_scale = static_cast<T>(d.keep_scale);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* row = y + r * ld;
-    if (d.drop_all) {
-      std::fill(row, row + cols, T(0));
-      continue;
+void dropout_row(T* y, std::int64_t cols, std::uint64_t row, const DropoutPlan& d) {
+  if (d.drop_all) {
+    std::fill(y, y + cols, T(0));
+    return;
+  }
+  alignas(64) std::uint32_t words[kMaskColumns];
+  for (std::int64_t j0 = 0; j0 < cols; j0 += kMaskColumns) {
+    const std::int64_t n = std::min(kMaskColumns, cols - j0);
+    dropout_words(words, d.seed, row, static_cast<std::uint64_t>(j0 / 4), (n + 3) / 4);
+    if constexpr (std::is_same_v<T, float>) {
+      dropout_apply_f32(y + j0, words, d.threshold, static_cast<float>(d.keep_scale), n);
+    } else {
+      dropout_apply_f64(y + j0, words, d.threshold, d.keep_scale, n);
     }
-    const auto global_row = static_cast<std::uint64_t>(first_row + r);
-    for (std::int64_t j0 = 0; j0 < cols; j0 += 4) {
-      const Philox4x32 words = dropout_words(d, global_row, static_cast<std::uint64_t>(j0 / 4));
-      const std::int64_t n = std::min<std::int64_t>(4, cols - j0);
-      for (std::int64_t l = 0; l < n; ++l) {
-        row[j0 + l] = dropout_keeps(d, words.v[l]) ? row[j0 + l] * keep_scale : T(0);
-      }
-    }
+  }
+}
+
+/// The bias as a contiguous array: in place when its stride is 1, else gathered once.
+template <class T>
+const T* contiguous_bias(const EpilogueArgs<T>& a, std::int64_t cols, Scratch<T>& room) {
+  if (!a.bias || a.bias_stride == 1) return a.bias;
+  T* b = room.allocate(cols);
+  for (std::int64_t j = 0; j < cols; ++j) b[j] = a.bias[j * a.bias_stride];
+  return b;
+}
+
+template <class Act>
+void forward_row(double* y, const double* bias, std::int64_t cols, Act act) {
+  if (bias) {
+    for (std::int64_t j = 0; j < cols; ++j) y[j] = act(y[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < cols; ++j) y[j] = act(y[j]);
+  }
+}
+
+template <class Grad>
+void backward_row(const double* dy, double* g, const double* bias, std::int64_t cols, Grad grad) {
+  if (bias) {
+    for (std::int64_t j = 0; j < cols; ++j) g[j] = dy[j] * grad(g[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < cols; ++j) g[j] = dy[j] * grad(g[j]);
   }
 }
 
@@ -65,26 +72,40 @@ void dropout_rows(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, s
 template <class T>
 void apply_epilogue(T* y, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t first_row,
                     const EpilogueArgs<T>& a) {
-  visit_activation(a.activation, [&](auto act, auto) {
-    if (!std::is_same_v<decltype(act), Identity> || a.bias) {
-      bias_activation_rows(y, rows, cols, ld, a.bias, a.bias_stride, act);
+  Scratch<T> room;
+  const T* bias = contiguous_bias(a, cols, room);
+  const bool transform = bias || a.activation != Activation::none;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * ld;
+    if (transform) {
+      if constexpr (std::is_same_v<T, float>) {
+        activation_forward_f32(a.activation, row, bias, cols);
+      } else {
+        visit_activation(a.activation, [&](auto act, auto) { forward_row(row, bias, cols, act); });
+      }
     }
-  });
-  if (a.dropout.enabled) dropout_rows(y, rows, cols, ld, first_row, a.dropout);
+    if (a.dropout.enabled) dropout_row(row, cols, static_cast<std::uint64_t>(first_row + r), a.dropout);
+  }
 }
 
 template <class T>
 void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
                              std::int64_t cols, std::int64_t first_row, const EpilogueArgs<T>& a) {
-  visit_activation(a.activation, [&](auto act, auto grad) {
-    if constexpr (std::is_same_v<decltype(act), Identity>) {  // G = dy: H is not read
-      for (std::int64_t r = 0; r < rows; ++r) std::copy(dy + r * ld_dy, dy + r * ld_dy + cols, g + r * ld);
+  Scratch<T> room;
+  const T* bias = contiguous_bias(a, cols, room);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* d = dy + r * ld_dy;
+    T* row = g + r * ld;
+    if (a.activation == Activation::none) {  // G = dy: H is not read
+      std::copy(d, d + cols, row);
+    } else if constexpr (std::is_same_v<T, float>) {
+      activation_backward_f32(a.activation, d, row, bias, cols);
     } else {
-      activation_backward_rows(dy, ld_dy, g, ld, rows, cols, a.bias, a.bias_stride, grad);
+      visit_activation(a.activation, [&](auto, auto grad) { backward_row(d, row, bias, cols, grad); });
     }
-  });
-  // The dropout backward is the forward's mask and scale applied to the gradient.
-  if (a.dropout.enabled) dropout_rows(g, rows, cols, ld, first_row, a.dropout);
+    // The dropout backward is the forward's mask and scale applied to the gradient.
+    if (a.dropout.enabled) dropout_row(row, cols, static_cast<std::uint64_t>(first_row + r), a.dropout);
+  }
 }
 
 template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,

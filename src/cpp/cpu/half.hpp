@@ -68,6 +68,17 @@ inline std::uint16_t float_to_float16(float f) noexcept {
   return static_cast<std::uint16_t>(sign | ((rebased + rounding) >> 13));
 }
 
+/// dst[i] = src[i] widened to float32 for i < n (`dtype` float16 or bfloat16): the same
+/// bits as float16_to_float / bfloat16_to_float, vectorised (cpu/convert_kernels.cpp).
+void widen_half(DType dtype, const std::uint16_t* src, float* dst, std::int64_t n) noexcept;
+
+/// dst[i] = src[i] rounded to `dtype` (float16 or bfloat16) for i < n: the same bits as
+/// float_to_float16 / float_to_bfloat16, vectorised.
+void narrow_half(DType dtype, const float* src, std::uint16_t* dst, std::int64_t n) noexcept;
+
+/// narrow_half(float16) without F16C, as on CPUs that lack it (exposed for the tests).
+void narrow_float16_portable(const float* src, std::uint16_t* dst, std::int64_t n) noexcept;
+
 /// Whether the CPU computes `dtype` through float32 staging.
 inline bool is_half(DType dtype) noexcept { return dtype == DType::float16 || dtype == DType::bfloat16; }
 

@@ -16,12 +16,18 @@
 // With few rows and T > 1 the first product is one batched-strided BLAS call over the
 // terms (one GEMM per term where the BLAS has no batched call), so that S need not be
 // packed into Sp on every call.
+//
+// float16/bfloat16 x, out and intermediate (the factors arrive widened: cpu_backend.cpp) go
+// through the same chunk staging as strided operands: each chunk of x is widened into the
+// staging buffer just before its GEMM, each chunk of y and Z rounded into the caller's
+// arrays right after its epilogue, so no full-size float32 copy of them is ever made.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 
 #include "cpu/cpu_ops.hpp"
+#include "cpu/half.hpp"
 #include "detail/blas.hpp"
 #include "detail/epilogue_cpu.hpp"
 #include "detail/parallel.hpp"
@@ -114,10 +120,11 @@ class Executor {
  public:
   explicit Executor(const SketchedMatmulProblem& p)
       : p_(p), r_(p.terms * p.rank), epilogue_(resolve_epilogue<T>(p.epilogue)) {
-    x_in_place_ = operand_in_place<T>(p.x);
-    if (auto o = operand_in_place<T>(p.out); o && !o->transposed) {
+    if (!is_half(p.x.dtype())) x_in_place_ = operand_in_place<T>(p.x);
+    if (auto o = operand_in_place<T>(p.out); o && !o->transposed && !is_half(p.out.dtype())) {
       out_in_place_ = MatrixOperand<T>{o->data, false, o->ld};
     }
+    half_intermediate_ = p.intermediate && is_half(p.intermediate->dtype());
   }
 
   void run() {
@@ -159,15 +166,17 @@ class Executor {
     // Z = X·Sp: into the caller's intermediate when the backward will reuse it.
     T* zp = nullptr;
     std::int64_t ldz = std::max<std::int64_t>(r_, 1);
-    if (p_.intermediate) {
+    if (p_.intermediate && !half_intermediate_) {
       const RowMatrix zm = as_row_matrix(*p_.intermediate);
       if (p_.rows > 1) ldz = *zm.row_stride;
       zp = static_cast<T*>(p_.intermediate->data()) + begin * ldz;
     }
     if (r_ == 0 || p_.d_in == 0) {
       for (std::int64_t i = 0; i < n; ++i) std::fill(y + i * ldy, y + i * ldy + d_out, T(0));  // empty sum
-      if (zp && r_ > 0) {
+      if (p_.intermediate && r_ > 0) {
+        if (!zp) zp = z.allocate(n * r_);
         for (std::int64_t i = 0; i < n; ++i) std::fill(zp + i * ldz, zp + i * ldz + r_, T(0));
+        if (half_intermediate_) scatter_rows<T>(zp, ldz, *p_.intermediate, begin, end);
       }
     } else {
       MatrixOperand<T> x_rows;
@@ -189,6 +198,7 @@ class Executor {
         gemm<T>(n, r_, p_.d_in, T(1), x_rows, factor_.sp, zp, ldz);
       }
       gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), MatrixOperand<T>{zp, false, ldz}, u_, y, ldy);
+      if (half_intermediate_) scatter_rows<T>(zp, ldz, *p_.intermediate, begin, end);  // Z rounded once
     }
     // The epilogue (and the copy into a strided out) in one parallel pass over the chunk.
     if (epilogue_.active() || !out_in_place_) {
@@ -204,6 +214,7 @@ class Executor {
   const std::int64_t r_;
   const EpilogueArgs<T> epilogue_;
   std::optional<MatrixOperand<T>> x_in_place_, out_in_place_;
+  bool half_intermediate_ = false;  // Z computed in a float32 chunk, then rounded into it
   FirstFactor<T> factor_;
   MatrixOperand<T> u_{nullptr, false, 1};
   Scratch<T> s_scratch_, u_scratch_;

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "cpu/half.hpp"
 #include "detail/parallel.hpp"
 
 namespace sketchcore::detail {
@@ -55,6 +57,20 @@ std::int64_t row_grain(std::int64_t cols) {
 template <class T>
 void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst) {
   const std::int64_t cols = view.size(-1), cs = view.stride(-1);
+  if constexpr (std::is_same_v<T, float>) {
+    if (is_half(view.dtype())) {  // a 16-bit view widened row by row (vectorised when contiguous)
+      const bool f16 = view.dtype() == DType::float16;
+      for_each_row<std::uint16_t>(view, begin, end, [&](std::int64_t r, const std::uint16_t* row) {
+        float* out = dst + (r - begin) * cols;
+        if (cs == 1) {
+          widen_half(view.dtype(), row, out, cols);
+        } else {
+          for (std::int64_t j = 0; j < cols; ++j) out[j] = f16 ? float16_to_float(row[j * cs]) : bfloat16_to_float(row[j * cs]);
+        }
+      });
+      return;
+    }
+  }
   for_each_row<T>(view, begin, end, [&](std::int64_t r, const T* row) {
     T* out = dst + (r - begin) * cols;
     if (cs == 1) {
@@ -68,6 +84,20 @@ void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T
 template <class T>
 void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::int64_t begin, std::int64_t end) {
   const std::int64_t cols = view.size(-1), cs = view.stride(-1);
+  if constexpr (std::is_same_v<T, float>) {
+    if (is_half(view.dtype())) {  // rounded into a 16-bit view row by row
+      const bool f16 = view.dtype() == DType::float16;
+      for_each_row<std::uint16_t>(view, begin, end, [&](std::int64_t r, std::uint16_t* row) {
+        const float* in = src + (r - begin) * ld;
+        if (cs == 1) {
+          narrow_half(view.dtype(), in, row, cols);
+        } else {
+          for (std::int64_t j = 0; j < cols; ++j) row[j * cs] = f16 ? float_to_float16(in[j]) : float_to_bfloat16(in[j]);
+        }
+      });
+      return;
+    }
+  }
   for_each_row<T>(view, begin, end, [&](std::int64_t r, T* row) {
     const T* in = src + (r - begin) * ld;
     for (std::int64_t j = 0; j < cols; ++j) row[j * cs] = in[j];

@@ -9,12 +9,14 @@
 
 namespace sketchcore::detail {
 
-/// Copies rows [begin, end) of `view` (..., cols) into compact row-major `dst`.
+/// Copies rows [begin, end) of `view` (..., cols) into compact row-major `dst`. With T = float
+/// the view may also be float16 or bfloat16: its rows are widened on the way.
 template <class T>
 void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst);
 
 /// Copies a row-major block `src` (end − begin rows, leading dimension ld) into rows
-/// [begin, end) of `view` (..., cols).
+/// [begin, end) of `view` (..., cols). With T = float the view may also be float16 or
+/// bfloat16: the rows are rounded into it.
 template <class T>
 void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::int64_t begin, std::int64_t end);
 

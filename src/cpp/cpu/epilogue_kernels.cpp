@@ -1,0 +1,211 @@
+// Vectorised float32 epilogue kernels (declared in cpu/epilogue_kernels.hpp).
+//
+// Each kernel is a plain loop over contiguous elements whose body is branch-free
+// (cpu/vector_math.hpp), so GCC and Clang vectorise it. SKETCHCORE_CLONES compiles it
+// for AVX-512, AVX2 and baseline x86-64 and picks one at load time (function
+// multiversioning through an ifunc): the library still runs on any x86-64 and still
+// builds elsewhere (one plain version). Measured against a STREAM-like copy of the same
+// bytes in bench/test_bench_epilogue.py.
+#include "cpu/epilogue_kernels.hpp"
+
+#include "cpu/vector_math.hpp"
+#include "detail/philox.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(__INTEL_COMPILER) && \
+    !defined(SKETCHCORE_NO_CLONES)
+#define SKETCHCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SKETCHCORE_CLONES
+#endif
+
+namespace sketchcore::detail {
+
+namespace {
+
+// The activations and their derivatives on a double (the float32 argument widened).
+struct ReluF {
+  static double forward(double z) { return z < 0.0 ? 0.0 : z; }
+  static double derivative(double h) { return h > 0.0 ? 1.0 : 0.0; }
+};
+struct GeluErfF {
+  static double forward(double z) {
+    double cdf, pdf;
+    vmath::normal_cdf_pdf(z, cdf, pdf);
+    return z * cdf;
+  }
+  static double derivative(double h) {  // Φ(h) + h·φ(h)
+    double cdf, pdf;
+    vmath::normal_cdf_pdf(h, cdf, pdf);
+    return cdf + h * pdf;
+  }
+};
+constexpr double kGeluC = 0.79788456080286535588, kGeluA = 0.044715;
+struct GeluTanhF {  // z·σ(2u), u = c·(z + a·z³)
+  static double forward(double z) {
+    double s, sc;
+    vmath::sigmoid_pair(2.0 * kGeluC * (z + kGeluA * z * z * z), s, sc);
+    return z * s;
+  }
+  static double derivative(double h) {  // σ + h·σ·(1 − σ)·2c·(1 + 3a·h²)
+    double s, sc;
+    vmath::sigmoid_pair(2.0 * kGeluC * (h + kGeluA * h * h * h), s, sc);
+    return s + h * s * sc * (2.0 * kGeluC) * (1.0 + 3.0 * kGeluA * h * h);
+  }
+};
+// The relu forward stays in float32 (it rounds nothing).
+SKETCHCORE_CLONES void relu_forward(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float z = y[j] + bias[j];
+      y[j] = z < 0.0f ? 0.0f : z;
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = y[j] < 0.0f ? 0.0f : y[j];
+  }
+}
+
+SKETCHCORE_CLONES void bias_only(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) y[j] += bias[j];
+}
+
+// The sum z = y + bias is rounded to float32 first, as the scalar formulas do.
+template <class F>
+inline void forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(F::forward(static_cast<double>(y[j] + bias[j])));
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(F::forward(static_cast<double>(y[j])));
+  }
+}
+
+template <class F>
+inline void backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+                          std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      g[j] = static_cast<float>(static_cast<double>(dy[j]) * F::derivative(static_cast<double>(g[j] + bias[j])));
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      g[j] = static_cast<float>(static_cast<double>(dy[j]) * F::derivative(static_cast<double>(g[j])));
+    }
+  }
+}
+
+SKETCHCORE_CLONES void gelu_forward(float* y, const float* bias, std::int64_t n) { forward_loop<GeluErfF>(y, bias, n); }
+SKETCHCORE_CLONES void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
+  forward_loop<GeluTanhF>(y, bias, n);
+}
+// SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
+SKETCHCORE_CLONES void silu_forward(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j]);
+  }
+}
+
+SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+                                     std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = g[j] + bias[j] > 0.0f ? dy[j] : dy[j] * 0.0f;
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = g[j] > 0.0f ? dy[j] : dy[j] * 0.0f;
+  }
+}
+SKETCHCORE_CLONES void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+  backward_loop<GeluErfF>(dy, g, bias, n);
+}
+SKETCHCORE_CLONES void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+  backward_loop<GeluTanhF>(dy, g, bias, n);
+}
+SKETCHCORE_CLONES void silu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+                                     std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j]);
+  }
+}
+
+}  // namespace
+
+void activation_forward_f32(Activation act, float* y, const float* bias, std::int64_t n) noexcept {
+  switch (act) {
+    case Activation::none:
+      if (bias) bias_only(y, bias, n);
+      return;
+    case Activation::relu: relu_forward(y, bias, n); return;
+    case Activation::gelu: gelu_forward(y, bias, n); return;
+    case Activation::gelu_tanh: gelu_tanh_forward(y, bias, n); return;
+    case Activation::silu: silu_forward(y, bias, n); return;
+  }
+}
+
+void activation_backward_f32(Activation act, const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
+  switch (act) {
+    case Activation::none:
+      for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j];
+      return;
+    case Activation::relu: relu_backward(dy, g, bias, n); return;
+    case Activation::gelu: gelu_backward(dy, g, bias, n); return;
+    case Activation::gelu_tanh: gelu_tanh_backward(dy, g, bias, n); return;
+    case Activation::silu: silu_backward(dy, g, bias, n); return;
+  }
+}
+
+// Philox4x32-10 on `groups` consecutive counters at once, lanes in separate arrays so the
+// rounds vectorise (the 32×32→64-bit products map to vpmuludq); the same bits as
+// detail::dropout_block, word for word (tests/cpp/test_philox.cpp checks that).
+SKETCHCORE_CLONES void dropout_words_impl(std::uint32_t* __restrict words, std::uint64_t seed, std::uint64_t row,
+                                          std::uint64_t group0, std::int64_t groups) {
+  const auto row_lo = static_cast<std::uint32_t>(row), row_hi = static_cast<std::uint32_t>(row >> 32);
+  const auto seed_lo = static_cast<std::uint32_t>(seed), seed_hi = static_cast<std::uint32_t>(seed >> 32);
+  for (std::int64_t i = 0; i < groups; ++i) {
+    std::uint32_t c0 = static_cast<std::uint32_t>(group0 + static_cast<std::uint64_t>(i)), c1 = row_lo, c2 = row_hi,
+                  c3 = kDropoutStream;
+    std::uint32_t k0 = seed_lo, k1 = seed_hi;
+    for (int round = 0; round < 10; ++round) {
+      const std::uint64_t p0 = std::uint64_t{0xD2511F53u} * c0, p1 = std::uint64_t{0xCD9E8D57u} * c2;
+      const auto hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+      const auto hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+      c0 = hi1 ^ c1 ^ k0;
+      c1 = lo1;
+      c2 = hi0 ^ c3 ^ k1;
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    words[4 * i] = c0;
+    words[4 * i + 1] = c1;
+    words[4 * i + 2] = c2;
+    words[4 * i + 3] = c3;
+  }
+}
+
+void dropout_words(std::uint32_t* words, std::uint64_t seed, std::uint64_t row, std::uint64_t group0,
+                   std::int64_t groups) noexcept {
+  dropout_words_impl(words, seed, row, group0, groups);
+}
+
+namespace {
+SKETCHCORE_CLONES void apply_f32(float* __restrict y, const std::uint32_t* __restrict words, std::uint32_t threshold,
+                                 float keep_scale, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) y[j] = words[j] >= threshold ? y[j] * keep_scale : 0.0f;
+}
+SKETCHCORE_CLONES void apply_f64(double* __restrict y, const std::uint32_t* __restrict words, std::uint32_t threshold,
+                                 double keep_scale, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) y[j] = words[j] >= threshold ? y[j] * keep_scale : 0.0;
+}
+}  // namespace
+
+void dropout_apply_f32(float* y, const std::uint32_t* words, std::uint32_t threshold, float keep_scale,
+                       std::int64_t n) noexcept {
+  apply_f32(y, words, threshold, keep_scale, n);
+}
+void dropout_apply_f64(double* y, const std::uint32_t* words, std::uint32_t threshold, double keep_scale,
+                       std::int64_t n) noexcept {
+  apply_f64(y, words, threshold, keep_scale, n);
+}
+
+}  // namespace sketchcore::detail

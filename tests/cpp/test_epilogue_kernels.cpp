@@ -1,0 +1,172 @@
+// The float32 epilogue kernels (src/cpp/cpu/epilogue_kernels.cpp) against float64 libm:
+// activations within 4 ulp of the correctly rounded value over random, edge and extreme
+// arguments (denormals, ±FLT_MAX), the same inf/NaN behaviour as the scalar formulas of
+// detail/activations.hpp, and the vectorised Philox words bit-identical to dropout_block.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/epilogue_kernels.hpp"
+#include "detail/activations.hpp"
+#include "detail/philox.hpp"
+
+namespace {
+
+using sketchcore::Activation;
+namespace d = sketchcore::detail;
+
+constexpr double kC = 0.79788456080286535588, kA = 0.044715;
+
+/// The float64 value of the activation (or its derivative), and the magnitude of the
+/// largest term the derivative sums (its cancellation near roots limits any float result).
+double reference(Activation act, double z, bool derivative, double& terms) {
+  terms = 0.0;
+  switch (act) {
+    case Activation::relu:
+      return derivative ? (z > 0 ? 1.0 : 0.0) : (z < 0 ? 0.0 : z);
+    case Activation::gelu: {
+      const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0)), pdf = 0.3989422804014327 * std::exp(-0.5 * z * z);
+      terms = std::fabs(cdf) + std::fabs(z * pdf);
+      return derivative ? cdf + z * pdf : z * cdf;
+    }
+    case Activation::gelu_tanh: {
+      const double u = kC * (z + kA * z * z * z), s = 1.0 / (1.0 + std::exp(-2.0 * u));
+      const double second = z * s * (1.0 - s) * 2.0 * kC * (1.0 + 3.0 * kA * z * z);
+      terms = std::fabs(s) + std::fabs(second);
+      return derivative ? s + second : z * s;
+    }
+    case Activation::silu: {
+      const double s = 1.0 / (1.0 + std::exp(-z));
+      terms = std::fabs(s) + std::fabs(s * z * (1.0 - s));
+      return derivative ? s * (1.0 + z * (1.0 - s)) : z * s;
+    }
+    case Activation::none: return derivative ? 1.0 : z;
+  }
+  return 0.0;
+}
+
+/// One float32 ulp at |v| (the subnormal spacing below the smallest normal).
+double ulp(double v) {
+  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-300)), -126);
+  return std::ldexp(1.0, e - 23);
+}
+
+std::vector<float> arguments() {
+  std::vector<float> z;
+  std::mt19937 rng(26);
+  for (double scale : {0.01, 0.3, 1.0, 3.0, 8.0, 30.0, 1e4}) {
+    std::normal_distribution<float> normal(0.0f, static_cast<float>(scale));
+    for (int i = 0; i < 20000; ++i) z.push_back(normal(rng));
+  }
+  for (int e = -149; e <= 127; ++e) {  // every binade, denormals included, both signs
+    for (float m : {1.0f, 1.37f, 1.99f}) {
+      z.push_back(std::ldexp(m, e));
+      z.push_back(-std::ldexp(m, e));
+    }
+  }
+  for (float v = -16.0f; v <= 16.0f; v += 1.0f / 512) z.push_back(v);  // the transition regions
+  z.push_back(0.0f);
+  z.push_back(-0.0f);
+  z.push_back(std::numeric_limits<float>::max());
+  z.push_back(-std::numeric_limits<float>::max());
+  z.push_back(std::numeric_limits<float>::denorm_min());
+  return z;
+}
+
+class Kernels : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(Kernels, ForwardWithinFourUlpOfFloat64) {
+  const Activation act = GetParam();
+  const std::vector<float> z = arguments();
+  std::vector<float> y = z;
+  d::activation_forward_f32(act, y.data(), nullptr, static_cast<std::int64_t>(y.size()));
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    double terms;
+    const double want = reference(act, z[i], false, terms);
+    if (std::fabs(want) > std::numeric_limits<float>::max()) continue;  // overflows float32 (gelu_tanh)
+    EXPECT_LE(std::fabs(y[i] - want), 4 * ulp(want)) << "z = " << z[i] << " got " << y[i] << " want " << want;
+  }
+}
+
+TEST_P(Kernels, DerivativeWithinFourUlpOfItsTerms) {
+  const Activation act = GetParam();
+  const std::vector<float> h = arguments();
+  std::vector<float> g = h, dy(h.size(), 1.0f);
+  d::activation_backward_f32(act, dy.data(), g.data(), nullptr, static_cast<std::int64_t>(g.size()));
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    double terms;
+    const double want = reference(act, h[i], true, terms);
+    if (!std::isfinite(want)) continue;  // inf·0 in the float64 formula itself (checked below)
+    EXPECT_LE(std::fabs(g[i] - want), 4 * ulp(std::max(std::fabs(want), terms)))
+        << "h = " << h[i] << " got " << g[i] << " want " << want;
+  }
+}
+
+TEST_P(Kernels, BiasIsAddedInFloat32First) {
+  const Activation act = GetParam();
+  std::vector<float> y = {0.1f, -2.5f, 3.0f, 1e-3f, -7.0f}, bias = {0.2f, 0.5f, -1.0f, 1e-3f, 0.25f};
+  std::vector<float> plain(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) plain[i] = y[i] + bias[i];
+  d::activation_forward_f32(act, y.data(), bias.data(), static_cast<std::int64_t>(y.size()));
+  d::activation_forward_f32(act, plain.data(), nullptr, static_cast<std::int64_t>(plain.size()));
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], plain[i]);
+}
+
+TEST_P(Kernels, InfinityAndNanAsTheScalarFormulas) {
+  const Activation act = GetParam();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> z = {inf, -inf, nan, -nan};
+  std::vector<float> fwd = z, bwd = z, dy(z.size(), 1.0f);
+  d::activation_forward_f32(act, fwd.data(), nullptr, 4);
+  d::activation_backward_f32(act, dy.data(), bwd.data(), nullptr, 4);
+  d::visit_activation(act, [&](auto f, auto g) {
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      const float want_f = f(z[i]), want_g = g(z[i]);
+      EXPECT_EQ(std::isnan(fwd[i]), std::isnan(want_f)) << "forward at " << z[i];
+      if (!std::isnan(want_f)) {
+        EXPECT_EQ(fwd[i], want_f) << "forward at " << z[i];
+      }
+      EXPECT_EQ(std::isnan(bwd[i]), std::isnan(want_g)) << "derivative at " << z[i];
+      if (!std::isnan(want_g)) {
+        EXPECT_EQ(bwd[i], want_g) << "derivative at " << z[i];
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, Kernels,
+                         ::testing::Values(Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                                           Activation::silu));
+
+TEST(DropoutWords, BitIdenticalToDropoutBlock) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::uint64_t seed = rng(), row = trial % 3 == 0 ? rng() : rng() % 5000, group0 = rng() % 100000;
+    const std::int64_t groups = 1 + static_cast<std::int64_t>(rng() % 300);
+    std::vector<std::uint32_t> words(static_cast<std::size_t>(4 * groups));
+    d::dropout_words(words.data(), seed, row, group0, groups);
+    for (std::int64_t i = 0; i < groups; ++i) {
+      const d::Philox4x32 block = d::dropout_block(seed, row, group0 + static_cast<std::uint64_t>(i));
+      for (int l = 0; l < 4; ++l) ASSERT_EQ(words[static_cast<std::size_t>(4 * i + l)], block.v[l]);
+    }
+  }
+}
+
+TEST(DropoutWords, ApplyKeepsExactlyTheWordsAtOrAboveTheThreshold) {
+  const std::vector<std::uint32_t> words = {0u, 99u, 100u, 101u, 0xFFFFFFFFu};
+  std::vector<float> y(5, 2.0f);
+  std::vector<double> y64(5, 2.0);
+  d::dropout_apply_f32(y.data(), words.data(), 100u, 1.5f, 5);
+  d::dropout_apply_f64(y64.data(), words.data(), 100u, 1.5, 5);
+  const std::vector<double> want = {0.0, 0.0, 3.0, 3.0, 3.0};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(y[i], static_cast<float>(want[i]));
+    EXPECT_EQ(y64[i], want[i]);
+  }
+}
+
+}  // namespace
