@@ -68,3 +68,5 @@ cdef class ImportedTensor:
 cdef ImportedTensor import_array(object obj, str name, bint for_writing, object stream=*)
 cdef int torch_device(object obj) except -3
 cdef object torch_current_stream(int device)
+cdef int borrow_versioned(object capsule, str name, TensorView* view, DLManagedTensorVersioned** owner) except -1
+cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept

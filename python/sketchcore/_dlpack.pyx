@@ -17,7 +17,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset, strcmp
 from libcpp.vector cimport vector
 
-from sketchcore._sketchcore cimport DType, Device, DeviceType, TensorView
+from sketchcore._sketchcore cimport DType, Device, DeviceType, TensorView, view_of
 
 # Capsule names fixed by the DLPack protocol; the "used_" names mark a consumed capsule.
 cdef const char* LEGACY = b"dltensor"
@@ -206,6 +206,28 @@ cdef ImportedTensor import_array(object obj, str name, bint for_writing, object 
     except ValueError as e:  # extents whose products overflow 64 bits
         raise ValueError(f"{name}: {e}") from None
     return t
+
+
+cdef int borrow_versioned(object capsule, str name, TensorView* view,
+                          DLManagedTensorVersioned** owner) except -1:
+    """The lean consumer of the torch adapters' call path (sketchcore._fastcall): fills `view`
+    from an unconsumed versioned capsule of torch's C exporter and hands its tensor to
+    `*owner`, whose deleter the caller runs exactly once (release_versioned). No
+    ImportedTensor, no intermediate vectors: a tiny layer's call borrows eight tensors."""
+    if not PyCapsule_IsValid(capsule, VERSIONED):
+        raise TypeError(f"{name}: expected an unconsumed 'dltensor_versioned' capsule")
+    cdef DLManagedTensorVersioned* managed = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, VERSIONED)
+    PyCapsule_SetName(capsule, VERSIONED_USED)
+    owner[0] = managed
+    cdef DLTensor* dl = &managed.dl_tensor
+    view[0] = view_of(<char*>dl.data + dl.byte_offset, _to_dtype(dl.dtype, name), dl.shape, dl.strides, dl.ndim,
+                      _to_device(dl.device, name))
+    return 0
+
+
+cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept:
+    if managed is not NULL and managed.deleter is not NULL:
+        managed.deleter(managed)
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch import _functorch
+from sketchcore.torch import _eager, _functorch
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sketched_linear
 from sketchcore.torch._modules import _check_saved_shape, dense_copy
 
@@ -91,8 +91,11 @@ class LowRankLinear(nn.Module):
 
     @torch.jit.unused
     def _under_torch_func(self, x: Tensor) -> Optional[Tensor]:
-        """The forward through the torch.func path while a transform is active, else None
-        (never compiled by TorchScript)."""
+        """The forward through the functional API: torch.func transforms and plain eager calls
+        (the eager fast path: no dispatcher, no torch._dynamo import on the first call); None
+        where the operator must be called (never compiled by TorchScript)."""
+        if _eager.applies(x, self.S, self.U, self.bias):
+            return _eager.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, 0.0, _eager.NO_SEED)
         if not _functorch.transforms_active():
             return None
         return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)

@@ -175,8 +175,8 @@ class SKLinear(nn.Module):
             return sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, activation=self.activation,
                             dropout_p=p)
         if _eager.applies(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias):
-            return _eager.SKLinear.apply(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, float(p),
-                                         _eager_seed(None, p))
+            return _eager.sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, float(p),
+                                   _eager_seed(None, p))
         return None
 
     def forward(self, x: Tensor) -> Tensor:
