@@ -9,8 +9,8 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, torch_current_stream, torch_device
-from sketchcore._sketchcore cimport Epilogue, SketchedMatmulGradients, TensorView
+from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_current_stream, torch_device
+from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView
 
 from sketchcore import _cpu_blas, _cuda, _framework
 
@@ -29,6 +29,16 @@ def _empty_like(x, shape, str dtype):
     if torch_device(x) != -2:
         return x.new_empty(shape)
     return _framework.empty_like(x, shape, dlpack_dtype=dtype)
+
+
+cdef object _new_array(x, tuple shape, const TensorView& like):
+    """An uninitialised array of `x`'s framework, dtype and device (see _framework); `like`
+    (x's view) gives the element type of a DLPack producer without a framework API."""
+    if type(x) is _numpy_ndarray:  # the common cases, without the generic dispatch
+        return _numpy_empty(shape, dtype=x.dtype)
+    if is_torch_tensor(x):
+        return x.new_empty(*shape)  # 0.3 µs less than with the tuple
+    return _framework.empty_like(x, shape, dlpack_dtype=core.dtype_name(like.dtype()).decode())
 
 
 cdef object _stream_of(object x):
@@ -115,7 +125,8 @@ cdef int _enter(object x, object stream) except -1:
         _cuda.preload_cublaslt()
         core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
         return 0
-    framework = _framework_of(x)
+    # No stream: a CPU call, so a plain torch tensor is a CPU one (no device query again).
+    framework = 1 if is_torch_tensor(x) else _framework_of(x)
     core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL, False)
     return 0
 
@@ -153,15 +164,25 @@ cdef double _real(object value, str name) except? -1.0:
                          f"{text if len(text) <= 40 else text[:20] + '...' + text[-8:]} (too large for a float64)") from None
 
 
+# Activation name -> the core's enumerator (as an int): a dict lookup instead of encoding and
+# parsing the name on every call; unknown names go to the core's parser for its message.
+_ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
+
+
 cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed):
     cdef _EpilogueArgs e = _EpilogueArgs.__new__(_EpilogueArgs)
     if activation is None:
         activation = "none"
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    e.epilogue.activation = core.parse_activation(activation.encode("utf-8"))
+    code = _ACTIVATION_CODES.get(activation)
+    e.epilogue.activation = (<Activation><int>code if code is not None
+                             else core.parse_activation(activation.encode("utf-8")))
     e.epilogue.scale = _real(scale, "scale")
     e.epilogue.dropout_p = _real(dropout_p, "dropout_p")
+    if seed is None and e.epilogue.dropout_p == 0.0:  # the common case: nothing to check or draw
+        e.epilogue.seed = 0
+        return e
     drawn = _framework.checked_seed(seed, "sketched_matmul", draw=draw_seed and e.epilogue.dropout_p != 0.0)
     if drawn is None and seed is None and e.epilogue.dropout_p != 0.0:
         raise ValueError("sketched_matmul_backward: seed: expected the forward's dropout seed, got None")
@@ -173,6 +194,17 @@ cdef int _set_bias(Epilogue& epilogue, ImportedTensor bias) except -1:
     if bias is not None:
         epilogue.bias = bias.view
     return 0
+
+
+cdef tuple _output_shape(const TensorView& x, const TensorView& S, const TensorView& U):
+    """x.shape[:-1] + (U.shape[-1],), the shape of the output to allocate. Read, not validated:
+    the core validates once, in the call, and an output allocated for operands that do not fit
+    is never written (operands whose ranks leave no such shape are reported here, by the core)."""
+    if x.ndim() < 1 or U.ndim() < 1 or (S.ndim() != 2 and S.ndim() != 3):
+        core.sketched_matmul_output_shape(x, S, U)  # raises the core's message
+    cdef list shape = x.shape()
+    shape[len(shape) - 1] = U.shape().back()
+    return tuple(shape)
 
 
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
@@ -248,10 +280,9 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     cdef ImportedTensor ut = _import(U, "U", False, stream)
     cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
     _set_bias(e.epilogue, bt)
-    cdef vector[int64_t] shape = core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
     cdef ImportedTensor ot
     if out is None:
-        out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
+        out = _new_array(x, _output_shape(xt.view, st.view, ut.view), xt.view)
         ot = _import(out, "out", True, stream)
     else:
         if type(out) is not _numpy_ndarray:
@@ -346,7 +377,6 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     _set_bias(e.epilogue, bt)
     # x, S and U checked first: the gradients' shapes below are read from them.
     core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
-    dtype = core.dtype_name(xt.view.dtype()).decode()
     cdef SketchedMatmulGradients grads
     grads.S_terms.begin, grads.S_terms.end = _term_range(S_terms, "S_terms")
     grads.U_terms.begin, grads.U_terms.end = _term_range(U_terms, "U_terms")
@@ -359,7 +389,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
         if name not in wanted:
             results.append(None)
             continue
-        array = _empty_like(grad_out, shape, dtype)
+        array = _new_array(grad_out, tuple(shape), xt.view)
         t = _import(array, "grad " + name, True, stream)
         imported.append(t)
         if name == "x":

@@ -94,11 +94,13 @@ class LowRankLinear(nn.Module):
         """The forward through the functional API: torch.func transforms and plain eager calls
         (the eager fast path: no dispatcher, no torch._dynamo import on the first call); None
         where the operator must be called (never compiled by TorchScript)."""
-        if _eager.applies(x, self.S, self.U, self.bias):
-            return _eager.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, 0.0, _eager.NO_SEED)
+        params = self._parameters  # not self.S: see SKLinear._python_path
+        S, U, bias = params["S"], params["U"], params["bias"]
+        if _eager.applies(x, S, U, bias):
+            return _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, 0.0, _eager.NO_SEED)
         if not _functorch.transforms_active():
             return None
-        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation)
+        return sketched_linear(x, S, U, bias, activation=self.activation)
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
