@@ -74,5 +74,17 @@ cdef ImportedTensor import_array(object obj, str name, bint for_writing, object 
 cdef int torch_device(object obj) except -3
 cdef bint is_torch_tensor(object obj) except -1
 cdef object torch_current_stream(int device)
+cdef enum:
+    MAX_BORROWED = 12
+
+
+cdef struct Borrowed:
+    # Tensors borrowed by borrow_torch, whose deleters release_all runs (once each).
+    DLManagedTensorVersioned* owners[MAX_BORROWED]
+    int count
+
+
+cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held) except -1
+cdef void release_all(Borrowed* held) noexcept
 cdef int borrow_versioned(object capsule, str name, TensorView* view, DLManagedTensorVersioned** owner) except -1
 cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept

@@ -12,53 +12,16 @@ before allocating (the core validates once, in the call), no ``ImportedTensor`` 
 require gradient are read, since autograd is the adapter's business. The public functions
 keep refusing such tensors.
 """
-import sys
-
 from libc.stdint cimport int64_t, uint64_t
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport DLManagedTensorVersioned, borrow_versioned, release_versioned, torch_device
+from sketchcore._dlpack cimport Borrowed, borrow_torch, release_all
 from sketchcore._ops cimport _enter, _stream_of
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView, join_views
 
-cdef enum:
-    MAX_OPERANDS = 12
-
 #: Activation name -> the core's enumerator, as an int (the adapters look it up once per call).
 ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
-
-
-cdef struct Borrowed:
-    DLManagedTensorVersioned* owners[MAX_OPERANDS]
-    int count
-
-
-cdef object _exporter = None
-
-
-cdef int _borrow(object t, str name, TensorView* view, Borrowed* held) except -1:
-    """Borrows the plain torch tensor `t` into `view`; its deleter is run by _release."""
-    global _exporter
-    if torch_device(t) == -2:
-        raise TypeError(f"{name}: expected a torch.Tensor or nn.Parameter, got {type(t).__module__}."
-                        f"{type(t).__qualname__}")
-    if _exporter is None:
-        _exporter = sys.modules["torch"]._C._to_dlpack_versioned
-    if t.is_neg():  # a lazily negated view (torch._neg_view): DLPack would hand over the unnegated memory
-        t = t.resolve_neg()
-    capsule = _exporter(t)
-    held.owners[held.count] = NULL
-    held.count += 1
-    borrow_versioned(capsule, name, view, &held.owners[held.count - 1])
-    return 0
-
-
-cdef void _release(Borrowed* held) noexcept:
-    cdef int i
-    for i in range(held.count):
-        release_versioned(held.owners[i])
-    held.count = 0
 
 
 cdef int _factor(object first, object second, str name, TensorView* view, Borrowed* held) except -1:
@@ -66,11 +29,11 @@ cdef int _factor(object first, object second, str name, TensorView* view, Borrow
     no `second`), 0 when `second` does not continue `first` in memory (the caller then joins
     them with torch.cat)."""
     cdef TensorView head, tail
-    _borrow(first, name, &head, held)
+    borrow_torch(first, name, &head, held)
     if second is None:
         view[0] = head
         return 1
-    _borrow(second, name, &tail, held)
+    borrow_torch(second, name, &tail, held)
     return 1 if join_views(head, tail, view[0]) else 0
 
 
@@ -108,16 +71,16 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
     cdef Epilogue e
     stream = _stream_of(x)
     try:
-        _borrow(x, "x", &xv, &held)
+        borrow_torch(x, "x", &xv, &held)
         if not _factor(S, S_next, "S", &sv, &held) or not _factor(U, U_next, "U", &uv, &held):
             return None
         _check_ranks(xv, sv, uv)
         _epilogue(&e, activation, scale, dropout_p, seed)
         if bias is not None:
-            _borrow(bias, "bias", &bv, &held)
+            borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv
         y = x.new_empty(*_shape(xv.shape(), uv.shape().back(), True))
-        _borrow(y, "out", &yv, &held)
+        borrow_torch(y, "out", &yv, &held)
         if not keep_intermediate:
             _enter(x, stream)
             with nogil:
@@ -125,13 +88,13 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
             return y
         width = sv.shape().back() * (sv.shape()[0] if sv.ndim() == 3 else 1)
         z = x.new_empty(*_shape(xv.shape(), width, True))
-        _borrow(z, "intermediate", &zv, &held)
+        borrow_torch(z, "intermediate", &zv, &held)
         _enter(x, stream)
         with nogil:
             core.sketched_matmul(xv, sv, uv, yv, e, zv)
         return y, z
     finally:
-        _release(&held)
+        release_all(&held)
 
 
 cdef tuple _restricted(const vector[int64_t]& extents, int64_t begin, int64_t end):
@@ -154,38 +117,38 @@ def backward(grad, x, S, U, z, bias, int activation, double scale, double dropou
     cdef SketchedMatmulGradients grads
     stream = _stream_of(x)
     try:
-        _borrow(grad, "grad_out", &gv, &held)
-        _borrow(x, "x", &xv, &held)
+        borrow_torch(grad, "grad_out", &gv, &held)
+        borrow_torch(x, "x", &xv, &held)
         if not _factor(S, S_next, "S", &sv, &held) or not _factor(U, U_next, "U", &uv, &held):
             return None
-        _borrow(z, "intermediate", &zv, &held)
+        borrow_torch(z, "intermediate", &zv, &held)
         _check_ranks(xv, sv, uv)
         _epilogue(&e, activation, scale, dropout_p, seed)
         if bias is not None:
-            _borrow(bias, "bias", &bv, &held)
+            borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv
         grads.S_terms.begin, grads.S_terms.end = S_begin, S_end
         grads.U_terms.begin, grads.U_terms.end = U_begin, U_end
         dx = dS = dU = db = None
         if need_x:
             dx = x.new_empty(*_shape(xv.shape(), 0, False))
-            _borrow(dx, "grad x", &out, &held)
+            borrow_torch(dx, "grad x", &out, &held)
             grads.x = out
         if need_S:
             dS = x.new_empty(*_restricted(sv.shape(), S_begin, S_end))
-            _borrow(dS, "grad S", &out, &held)
+            borrow_torch(dS, "grad S", &out, &held)
             grads.S = out
         if need_U:
             dU = x.new_empty(*_restricted(uv.shape(), U_begin, U_end))
-            _borrow(dU, "grad U", &out, &held)
+            borrow_torch(dU, "grad U", &out, &held)
             grads.U = out
         if need_bias and bias is not None:
             db = x.new_empty((uv.shape().back(),))
-            _borrow(db, "grad bias", &out, &held)
+            borrow_torch(db, "grad bias", &out, &held)
             grads.bias = out
         _enter(x, stream)
         with nogil:
             core.sketched_matmul_backward(gv, xv, sv, uv, zv, e, grads)
         return dx, dS, dU, db
     finally:
-        _release(&held)
+        release_all(&held)

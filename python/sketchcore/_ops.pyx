@@ -9,7 +9,8 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_current_stream, torch_device
+from sketchcore._dlpack cimport (Borrowed, ImportedTensor, borrow_torch, import_array, is_torch_tensor, release_all,
+                                 torch_current_stream, torch_device)
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView
 
 from sketchcore import _cpu_blas, _cuda, _framework
@@ -207,6 +208,38 @@ cdef tuple _output_shape(const TensorView& x, const TensorView& S, const TensorV
     return tuple(shape)
 
 
+cdef bint _plain_torch(x, S, U, bias) except -1:
+    """Whether every operand is a plain torch tensor that does not require gradient (a tensor
+    that does goes through DLPack, which refuses it with its message)."""
+    for t in (x, S, U, bias):
+        if t is not None and (not is_torch_tensor(t) or t.requires_grad):
+            return False
+    return True
+
+
+cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
+    """sketched_matmul on plain torch tensors: borrowed onto the stack (no ImportedTensor, no
+    capsule bookkeeping object per operand; see _dlpack.borrow_torch), output by torch."""
+    cdef Borrowed held
+    held.count = 0
+    cdef TensorView xv, sv, uv, bv, yv
+    try:
+        borrow_torch(x, "x", &xv, &held)
+        borrow_torch(S, "S", &sv, &held)
+        borrow_torch(U, "U", &uv, &held)
+        if bias is not None:
+            borrow_torch(bias, "bias", &bv, &held)
+            e.epilogue.bias = bv
+        y = x.new_empty(*_output_shape(xv, sv, uv))
+        borrow_torch(y, "out", &yv, &held)
+        _enter(x, stream)
+        with nogil:
+            core.sketched_matmul(xv, sv, uv, yv, e.epilogue)
+        return y
+    finally:
+        release_all(&held)
+
+
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
                     intermediate=None):
     """Sketched matrix product with a fused epilogue.
@@ -275,6 +308,8 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
     stream = _stream_of(x)
+    if out is None and intermediate is None and _plain_torch(x, S, U, bias):
+        return _torch_call(x, S, U, bias, e, stream)
     cdef ImportedTensor xt = _import(x, "x", False, stream)
     cdef ImportedTensor st = _import(S, "S", False, stream)
     cdef ImportedTensor ut = _import(U, "U", False, stream)
