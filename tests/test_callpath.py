@@ -217,3 +217,12 @@ def test_sklinear_on_separate_factor_tensors_concatenates_them():
     (sum(xr @ S1r[t] @ U1r[t] + xr @ U2r[t] @ S2r[t] for t in range(2)) / 4).square().sum().backward()
     for mine, theirs in zip((x, S1s, S2s, U1s, U2s), leaves):
         torch.testing.assert_close(mine.grad, theirs.grad)
+
+
+def test_outputs_too_large_to_allocate_are_named_by_the_core_first():
+    o = torch.ones((), dtype=torch.float64)
+    big = (o.expand(2**40, 1), o.expand(1, 8), o.expand(8, 2**40))
+    with pytest.raises(ValueError, match="U: .*the output of"):
+        _fastcall.forward(*big, None, 0, 1.0, 0.0, 0, False)
+    with pytest.raises(ValueError, match="U: .*the output of"):
+        sketchcore.sketched_matmul(*big)

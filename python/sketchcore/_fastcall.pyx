@@ -46,9 +46,18 @@ cdef tuple _shape(const vector[int64_t]& extents, int64_t last, bint replace_las
 
 
 cdef int _check_ranks(const TensorView& x, const TensorView& S, const TensorView& U) except -1:
-    """Lets the core report operands whose ranks leave no output shape to allocate."""
+    """Lets the core validate first where the outputs could not be allocated: operands whose
+    ranks leave no output shape, and outputs of over 2**20 elements (see _ops._output_shape)."""
     if x.ndim() < 1 or U.ndim() < 1 or (S.ndim() != 2 and S.ndim() != 3):
         core.sketched_matmul_output_shape(x, S, U)  # raises the core's message
+        return 0
+    cdef object rows = 1
+    cdef int d
+    for d in range(x.ndim() - 1):
+        rows *= x.shape()[d]
+    width = S.shape().back() * (S.shape()[0] if S.ndim() == 3 else 1)
+    if rows * (U.shape().back() + width) > 1 << 20:  # elements of y and Z
+        core.sketched_matmul_output_shape(x, S, U)
     return 0
 
 

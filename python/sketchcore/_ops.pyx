@@ -198,13 +198,20 @@ cdef int _set_bias(Epilogue& epilogue, ImportedTensor bias) except -1:
 
 
 cdef tuple _output_shape(const TensorView& x, const TensorView& S, const TensorView& U):
-    """x.shape[:-1] + (U.shape[-1],), the shape of the output to allocate. Read, not validated:
-    the core validates once, in the call, and an output allocated for operands that do not fit
-    is never written (operands whose ranks leave no such shape are reported here, by the core)."""
+    """x.shape[:-1] + (U.shape[-1],), the shape of the output to allocate. For a small output
+    read, not validated: the core validates once, in the call, and an output allocated for
+    operands that do not fit is never written. Operands whose ranks leave no such shape, and
+    outputs of over 2**20 elements (whose allocation could fail before the core names the
+    argument, and whose arithmetic dwarfs a second check), are validated by the core first."""
     if x.ndim() < 1 or U.ndim() < 1 or (S.ndim() != 2 and S.ndim() != 3):
         core.sketched_matmul_output_shape(x, S, U)  # raises the core's message
     cdef list shape = x.shape()
     shape[len(shape) - 1] = U.shape().back()
+    cdef object count = 1
+    for extent in shape:
+        count *= extent
+    if count > 1 << 20:
+        core.sketched_matmul_output_shape(x, S, U)
     return tuple(shape)
 
 
