@@ -4,6 +4,8 @@ C++ core runs with the GIL released; C++ errors come back as Python exceptions."
 import sys
 from numbers import Integral, Real
 
+cimport cython
+
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -144,6 +146,7 @@ def cpu_blas_of(x):
     return "sketchcore: " + core.build_info().blas.decode()
 
 
+@cython.freelist(4)  # one per call: no allocation once warm
 cdef class _EpilogueArgs:
     """Checked epilogue arguments shared by the forward and the backward, as the core's
     Epilogue (its bias is set by the caller)."""
