@@ -84,7 +84,7 @@ cdef struct Borrowed:
     int count
 
 
-cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held) except -1
+cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held, bint fresh=*) except -1
 cdef void release_all(Borrowed* held) noexcept
 cdef int borrow_versioned(object capsule, str name, TensorView* view, DLManagedTensorVersioned** owner) except -1
 cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept

@@ -288,17 +288,20 @@ cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept:
         managed.deleter(managed)
 
 
-cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held) except -1:
+cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held, bint fresh=False) except -1:
     """Borrows the plain torch tensor `t` (torch.Tensor or nn.Parameter, any device, whether
     or not it requires gradient) into `view` through torch's C exporter; its deleter runs in
     release_all. For the callers that have checked what __dlpack__ would (sketchcore._fastcall,
     and _ops for tensors without gradient): no CUDA stream handshake, as every operand of a
     call is on the call's device, whose current torch stream the call runs on (an operand on
-    another device is refused by the core)."""
-    if not is_torch_tensor(t):
+    another device is refused by the core). `fresh`: a tensor the caller just allocated with
+    new_empty (plain, no neg bit: nothing to check)."""
+    if fresh:
+        pass
+    elif not is_torch_tensor(t):
         raise TypeError(f"{name}: expected a torch.Tensor or nn.Parameter, got {type(t).__module__}."
                         f"{type(t).__qualname__}")
-    if t.is_neg():  # a lazily negated view (torch._neg_view): DLPack would hand over the unnegated memory
+    elif t.is_neg():  # a lazily negated view (torch._neg_view): DLPack would hand over the unnegated memory
         t = t.resolve_neg()
     capsule = (_torch_to_dlpack(t) if _torch_to_dlpack is not None
                else t.detach().__dlpack__(max_version=_DLPACK_MAX_VERSION))

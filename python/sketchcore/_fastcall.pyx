@@ -89,7 +89,7 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
             borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv
         y = x.new_empty(*_shape(xv.shape(), uv.shape().back(), True))
-        borrow_torch(y, "out", &yv, &held)
+        borrow_torch(y, "out", &yv, &held, True)
         if not keep_intermediate:
             _enter(x, stream)
             with nogil:
@@ -97,7 +97,7 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
             return y
         width = sv.shape().back() * (sv.shape()[0] if sv.ndim() == 3 else 1)
         z = x.new_empty(*_shape(xv.shape(), width, True))
-        borrow_torch(z, "intermediate", &zv, &held)
+        borrow_torch(z, "intermediate", &zv, &held, True)
         _enter(x, stream)
         with nogil:
             core.sketched_matmul(xv, sv, uv, yv, e, zv)
@@ -130,7 +130,7 @@ def backward(grad, x, S, U, z, bias, int activation, double scale, double dropou
         borrow_torch(x, "x", &xv, &held)
         if not _factor(S, S_next, "S", &sv, &held) or not _factor(U, U_next, "U", &uv, &held):
             return None
-        borrow_torch(z, "intermediate", &zv, &held)
+        borrow_torch(z, "intermediate", &zv, &held, True)
         _check_ranks(xv, sv, uv)
         _epilogue(&e, activation, scale, dropout_p, seed)
         if bias is not None:
@@ -141,19 +141,19 @@ def backward(grad, x, S, U, z, bias, int activation, double scale, double dropou
         dx = dS = dU = db = None
         if need_x:
             dx = x.new_empty(*_shape(xv.shape(), 0, False))
-            borrow_torch(dx, "grad x", &out, &held)
+            borrow_torch(dx, "grad x", &out, &held, True)
             grads.x = out
         if need_S:
             dS = x.new_empty(*_restricted(sv.shape(), S_begin, S_end))
-            borrow_torch(dS, "grad S", &out, &held)
+            borrow_torch(dS, "grad S", &out, &held, True)
             grads.S = out
         if need_U:
             dU = x.new_empty(*_restricted(uv.shape(), U_begin, U_end))
-            borrow_torch(dU, "grad U", &out, &held)
+            borrow_torch(dU, "grad U", &out, &held, True)
             grads.U = out
         if need_bias and bias is not None:
             db = x.new_empty((uv.shape().back(),))
-            borrow_torch(db, "grad bias", &out, &held)
+            borrow_torch(db, "grad bias", &out, &held, True)
             grads.bias = out
         _enter(x, stream)
         with nogil:

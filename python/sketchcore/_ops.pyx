@@ -208,13 +208,14 @@ cdef tuple _output_shape(const TensorView& x, const TensorView& S, const TensorV
     argument, and whose arithmetic dwarfs a second check), are validated by the core first."""
     if x.ndim() < 1 or U.ndim() < 1 or (S.ndim() != 2 and S.ndim() != 3):
         core.sketched_matmul_output_shape(x, S, U)  # raises the core's message
+    cdef double count = U.shape().back()  # in floating point: a threshold, never overflows
+    cdef int d
+    for d in range(x.ndim() - 1):
+        count *= x.shape()[d]
+    if count > (1 << 20):
+        core.sketched_matmul_output_shape(x, S, U)
     cdef list shape = x.shape()
     shape[len(shape) - 1] = U.shape().back()
-    cdef object count = 1
-    for extent in shape:
-        count *= extent
-    if count > 1 << 20:
-        core.sketched_matmul_output_shape(x, S, U)
     return tuple(shape)
 
 
@@ -225,6 +226,12 @@ cdef bint _plain_torch(x, S, U, bias) except -1:
         if t is not None and (not is_torch_tensor(t) or t.requires_grad):
             return False
     return True
+
+
+# Operand elements up to which a CPU call keeps the GIL: a few µs of arithmetic at most, less
+# than handing the GIL over and taking it back costs another thread in waiting.
+cdef enum:
+    _TINY = 1 << 14
 
 
 cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
@@ -241,10 +248,13 @@ cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
             borrow_torch(bias, "bias", &bv, &held)
             e.epilogue.bias = bv
         y = x.new_empty(*_output_shape(xv, sv, uv))
-        borrow_torch(y, "out", &yv, &held)
+        borrow_torch(y, "out", &yv, &held, True)
         _enter(x, stream)
-        with nogil:
-            core.sketched_matmul(xv, sv, uv, yv, e.epilogue)
+        if stream is None and xv.numel() + sv.numel() + uv.numel() <= _TINY:
+            core.sketched_matmul(xv, sv, uv, yv, e.epilogue)  # shorter than releasing the GIL
+        else:
+            with nogil:
+                core.sketched_matmul(xv, sv, uv, yv, e.epilogue)
         return y
     finally:
         release_all(&held)

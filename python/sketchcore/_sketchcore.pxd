@@ -34,6 +34,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         DType dtype()
         int ndim()
         const vector[int64_t]& shape()
+        int64_t numel()
 
     const char* dtype_name(DType dtype)
 
