@@ -86,5 +86,6 @@ cdef struct Borrowed:
 
 cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held, bint fresh=*) except -1
 cdef void release_all(Borrowed* held) noexcept
+cdef int fresh_view(object t, tuple shape, const TensorView& like, TensorView* view) except -1
 cdef int borrow_versioned(object capsule, str name, TensorView* view, DLManagedTensorVersioned** owner) except -1
 cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept

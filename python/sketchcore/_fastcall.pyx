@@ -16,7 +16,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport Borrowed, borrow_torch, release_all
+from sketchcore._dlpack cimport Borrowed, borrow_torch, fresh_view, release_all
 from sketchcore._ops cimport _enter, _stream_of
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView, join_views
 
@@ -88,16 +88,18 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
         if bias is not None:
             borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv
-        y = x.new_empty(*_shape(xv.shape(), uv.shape().back(), True))
-        borrow_torch(y, "out", &yv, &held, True)
+        shape = _shape(xv.shape(), uv.shape().back(), True)
+        y = x.new_empty(*shape)
+        fresh_view(y, shape, xv, &yv)
         if not keep_intermediate:
             _enter(x, stream)
             with nogil:
                 core.sketched_matmul(xv, sv, uv, yv, e)
             return y
         width = sv.shape().back() * (sv.shape()[0] if sv.ndim() == 3 else 1)
-        z = x.new_empty(*_shape(xv.shape(), width, True))
-        borrow_torch(z, "intermediate", &zv, &held, True)
+        shape = _shape(xv.shape(), width, True)
+        z = x.new_empty(*shape)
+        fresh_view(z, shape, xv, &zv)
         _enter(x, stream)
         with nogil:
             core.sketched_matmul(xv, sv, uv, yv, e, zv)
@@ -140,20 +142,24 @@ def backward(grad, x, S, U, z, bias, int activation, double scale, double dropou
         grads.U_terms.begin, grads.U_terms.end = U_begin, U_end
         dx = dS = dU = db = None
         if need_x:
-            dx = x.new_empty(*_shape(xv.shape(), 0, False))
-            borrow_torch(dx, "grad x", &out, &held, True)
+            shape = _shape(xv.shape(), 0, False)
+            dx = x.new_empty(*shape)
+            fresh_view(dx, shape, xv, &out)
             grads.x = out
         if need_S:
-            dS = x.new_empty(*_restricted(sv.shape(), S_begin, S_end))
-            borrow_torch(dS, "grad S", &out, &held, True)
+            shape = _restricted(sv.shape(), S_begin, S_end)
+            dS = x.new_empty(*shape)
+            fresh_view(dS, shape, xv, &out)
             grads.S = out
         if need_U:
-            dU = x.new_empty(*_restricted(uv.shape(), U_begin, U_end))
-            borrow_torch(dU, "grad U", &out, &held, True)
+            shape = _restricted(uv.shape(), U_begin, U_end)
+            dU = x.new_empty(*shape)
+            fresh_view(dU, shape, xv, &out)
             grads.U = out
         if need_bias and bias is not None:
-            db = x.new_empty((uv.shape().back(),))
-            borrow_torch(db, "grad bias", &out, &held, True)
+            shape = (uv.shape().back(),)
+            db = x.new_empty(*shape)
+            fresh_view(db, shape, xv, &out)
             grads.bias = out
         _enter(x, stream)
         with nogil:

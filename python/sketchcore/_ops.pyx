@@ -11,7 +11,8 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport (Borrowed, ImportedTensor, borrow_torch, import_array, is_torch_tensor, release_all,
+from sketchcore._dlpack cimport (Borrowed, ImportedTensor, borrow_torch, fresh_view, import_array, is_torch_tensor,
+                                 release_all,
                                  torch_current_stream, torch_device)
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView
 
@@ -247,8 +248,9 @@ cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
         if bias is not None:
             borrow_torch(bias, "bias", &bv, &held)
             e.epilogue.bias = bv
-        y = x.new_empty(*_output_shape(xv, sv, uv))
-        borrow_torch(y, "out", &yv, &held, True)
+        shape = _output_shape(xv, sv, uv)
+        y = x.new_empty(*shape)
+        fresh_view(y, shape, xv, &yv)
         _enter(x, stream)
         if stream is None and xv.numel() + sv.numel() + uv.numel() <= _TINY:
             core.sketched_matmul(xv, sv, uv, yv, e.epilogue)  # shorter than releasing the GIL

@@ -35,6 +35,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         int ndim()
         const vector[int64_t]& shape()
         int64_t numel()
+        const Device& device()
 
     const char* dtype_name(DType dtype)
 
