@@ -13,6 +13,9 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "sketchcore/sketchcore.hpp"
 
@@ -54,6 +57,33 @@ inline void set_thread_execution(std::uintptr_t stream, bool allow_tf32, const s
 inline sketchcore::CpuGemmProvider& framework_gemm(int framework) noexcept {
   static sketchcore::CpuGemmProvider providers[2];
   return providers[framework == 0 ? 0 : 1];
+}
+
+/// A view of `ndim` extents and strides read straight from a DLPack tensor (null strides:
+/// compact row-major), built without intermediate vectors; throws shape_error as TensorView.
+inline sketchcore::TensorView view_of(void* data, sketchcore::DType dtype, const std::int64_t* shape,
+                                      const std::int64_t* strides, int ndim, sketchcore::Device device) {
+  std::vector<std::int64_t> extents(shape, shape + ndim);
+  std::vector<std::int64_t> steps;
+  if (strides) steps.assign(strides, strides + ndim);
+  return sketchcore::TensorView(data, dtype, std::move(extents), std::move(steps), device);
+}
+
+/// [a; b] along dimension 0 as one view, when b continues a in memory with a's strides (how
+/// SKLinear stores [S1s; U2s] and [U1s; S2s]); false, and `joined` untouched, otherwise.
+inline bool join_views(const sketchcore::TensorView& a, const sketchcore::TensorView& b,
+                       sketchcore::TensorView& joined) {
+  if (a.ndim() < 1 || a.ndim() != b.ndim() || a.dtype() != b.dtype() || a.device() != b.device() ||
+      a.strides() != b.strides() || a.shape().size() != b.shape().size() ||
+      !std::equal(a.shape().begin() + 1, a.shape().end(), b.shape().begin() + 1)) {
+    return false;
+  }
+  const auto step = a.strides()[0] * static_cast<std::int64_t>(sketchcore::dtype_size(a.dtype()));
+  if (static_cast<char*>(b.data()) != static_cast<char*>(a.data()) + a.shape()[0] * step) return false;
+  std::vector<std::int64_t> shape = a.shape();
+  shape[0] += b.shape()[0];
+  joined = sketchcore::TensorView(a.data(), a.dtype(), std::move(shape), a.strides(), a.device());
+  return true;
 }
 
 /// Callbacks of a device memory resource implemented in Python (they take the GIL).

@@ -1,6 +1,8 @@
 # DLPack consumer (ImportedTensor) and producer (DLPackBuffer) shared by the bindings.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+from cpython.buffer cimport Py_buffer
+
 from sketchcore._sketchcore cimport TensorView
 
 
@@ -56,9 +58,12 @@ cdef extern from "dlpack_abi.h" nogil:
 
 
 cdef class ImportedTensor:
-    """An array borrowed through DLPack; the producer's deleter runs once, on release."""
+    """An array borrowed through DLPack (the producer's deleter runs once, on release) or, for
+    NumPy arrays, through the buffer protocol (released once)."""
     cdef DLManagedTensor* legacy
     cdef DLManagedTensorVersioned* versioned
+    cdef Py_buffer buffer
+    cdef bint has_buffer
     cdef TensorView view
     cdef readonly bint read_only
     cdef readonly bint is_copy
@@ -67,4 +72,20 @@ cdef class ImportedTensor:
 
 cdef ImportedTensor import_array(object obj, str name, bint for_writing, object stream=*)
 cdef int torch_device(object obj) except -3
+cdef bint is_torch_tensor(object obj) except -1
 cdef object torch_current_stream(int device)
+cdef enum:
+    MAX_BORROWED = 12
+
+
+cdef struct Borrowed:
+    # Tensors borrowed by borrow_torch, whose deleters release_all runs (once each).
+    DLManagedTensorVersioned* owners[MAX_BORROWED]
+    int count
+
+
+cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held, bint fresh=*) except -1
+cdef void release_all(Borrowed* held) noexcept
+cdef int fresh_view(object t, tuple shape, const TensorView& like, TensorView* view) except -1
+cdef int borrow_versioned(object capsule, str name, TensorView* view, DLManagedTensorVersioned** owner) except -1
+cdef void release_versioned(DLManagedTensorVersioned* managed) noexcept

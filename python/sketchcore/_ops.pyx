@@ -4,13 +4,17 @@ C++ core runs with the GIL released; C++ errors come back as Python exceptions."
 import sys
 from numbers import Integral, Real
 
+cimport cython
+
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, torch_current_stream, torch_device
-from sketchcore._sketchcore cimport Epilogue, SketchedMatmulGradients, TensorView
+from sketchcore._dlpack cimport (Borrowed, ImportedTensor, borrow_torch, fresh_view, import_array, is_torch_tensor,
+                                 release_all,
+                                 torch_current_stream, torch_device)
+from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView
 
 from sketchcore import _cpu_blas, _cuda, _framework
 
@@ -29,6 +33,16 @@ def _empty_like(x, shape, str dtype):
     if torch_device(x) != -2:
         return x.new_empty(shape)
     return _framework.empty_like(x, shape, dlpack_dtype=dtype)
+
+
+cdef object _new_array(x, tuple shape, const TensorView& like):
+    """An uninitialised array of `x`'s framework, dtype and device (see _framework); `like`
+    (x's view) gives the element type of a DLPack producer without a framework API."""
+    if type(x) is _numpy_ndarray:  # the common cases, without the generic dispatch
+        return _numpy_empty(shape, dtype=x.dtype)
+    if is_torch_tensor(x):
+        return x.new_empty(*shape)  # 0.3 µs less than with the tuple
+    return _framework.empty_like(x, shape, dlpack_dtype=core.dtype_name(like.dtype()).decode())
 
 
 cdef object _stream_of(object x):
@@ -115,7 +129,8 @@ cdef int _enter(object x, object stream) except -1:
         _cuda.preload_cublaslt()
         core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
         return 0
-    framework = _framework_of(x)
+    # No stream: a CPU call, so a plain torch tensor is a CPU one (no device query again).
+    framework = 1 if is_torch_tensor(x) else _framework_of(x)
     core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL, False)
     return 0
 
@@ -132,6 +147,7 @@ def cpu_blas_of(x):
     return "sketchcore: " + core.build_info().blas.decode()
 
 
+@cython.freelist(4)  # one per call: no allocation once warm
 cdef class _EpilogueArgs:
     """Checked epilogue arguments shared by the forward and the backward, as the core's
     Epilogue (its bias is set by the caller)."""
@@ -153,15 +169,25 @@ cdef double _real(object value, str name) except? -1.0:
                          f"{text if len(text) <= 40 else text[:20] + '...' + text[-8:]} (too large for a float64)") from None
 
 
+# Activation name -> the core's enumerator (as an int): a dict lookup instead of encoding and
+# parsing the name on every call; unknown names go to the core's parser for its message.
+_ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
+
+
 cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed):
     cdef _EpilogueArgs e = _EpilogueArgs.__new__(_EpilogueArgs)
     if activation is None:
         activation = "none"
     elif not isinstance(activation, str):
         raise TypeError(f"activation: expected a str such as 'relu', got {type(activation).__name__}")
-    e.epilogue.activation = core.parse_activation(activation.encode("utf-8"))
+    code = _ACTIVATION_CODES.get(activation)
+    e.epilogue.activation = (<Activation><int>code if code is not None
+                             else core.parse_activation(activation.encode("utf-8")))
     e.epilogue.scale = _real(scale, "scale")
     e.epilogue.dropout_p = _real(dropout_p, "dropout_p")
+    if seed is None and e.epilogue.dropout_p == 0.0:  # the common case: nothing to check or draw
+        e.epilogue.seed = 0
+        return e
     drawn = _framework.checked_seed(seed, "sketched_matmul", draw=draw_seed and e.epilogue.dropout_p != 0.0)
     if drawn is None and seed is None and e.epilogue.dropout_p != 0.0:
         raise ValueError("sketched_matmul_backward: seed: expected the forward's dropout seed, got None")
@@ -173,6 +199,67 @@ cdef int _set_bias(Epilogue& epilogue, ImportedTensor bias) except -1:
     if bias is not None:
         epilogue.bias = bias.view
     return 0
+
+
+cdef tuple _output_shape(const TensorView& x, const TensorView& S, const TensorView& U):
+    """x.shape[:-1] + (U.shape[-1],), the shape of the output to allocate. For a small output
+    read, not validated: the core validates once, in the call, and an output allocated for
+    operands that do not fit is never written. Operands whose ranks leave no such shape, and
+    outputs of over 2**20 elements (whose allocation could fail before the core names the
+    argument, and whose arithmetic dwarfs a second check), are validated by the core first."""
+    if x.ndim() < 1 or U.ndim() < 1 or (S.ndim() != 2 and S.ndim() != 3):
+        core.sketched_matmul_output_shape(x, S, U)  # raises the core's message
+    cdef double count = U.shape().back()  # in floating point: a threshold, never overflows
+    cdef int d
+    for d in range(x.ndim() - 1):
+        count *= x.shape()[d]
+    if count > (1 << 20):
+        core.sketched_matmul_output_shape(x, S, U)
+    cdef list shape = x.shape()
+    shape[len(shape) - 1] = U.shape().back()
+    return tuple(shape)
+
+
+cdef bint _plain_torch(x, S, U, bias) except -1:
+    """Whether every operand is a plain torch tensor that does not require gradient (a tensor
+    that does goes through DLPack, which refuses it with its message)."""
+    for t in (x, S, U, bias):
+        if t is not None and (not is_torch_tensor(t) or t.requires_grad):
+            return False
+    return True
+
+
+# Operand elements up to which a CPU call keeps the GIL: a few µs of arithmetic at most, less
+# than handing the GIL over and taking it back costs another thread in waiting.
+cdef enum:
+    _TINY = 1 << 14
+
+
+cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
+    """sketched_matmul on plain torch tensors: borrowed onto the stack (no ImportedTensor, no
+    capsule bookkeeping object per operand; see _dlpack.borrow_torch), output by torch."""
+    cdef Borrowed held
+    held.count = 0
+    cdef TensorView xv, sv, uv, bv, yv
+    try:
+        borrow_torch(x, "x", &xv, &held)
+        borrow_torch(S, "S", &sv, &held)
+        borrow_torch(U, "U", &uv, &held)
+        if bias is not None:
+            borrow_torch(bias, "bias", &bv, &held)
+            e.epilogue.bias = bv
+        shape = _output_shape(xv, sv, uv)
+        y = x.new_empty(*shape)
+        fresh_view(y, shape, xv, &yv)
+        _enter(x, stream)
+        if stream is None and xv.numel() + sv.numel() + uv.numel() <= _TINY:
+            core.sketched_matmul(xv, sv, uv, yv, e.epilogue)  # shorter than releasing the GIL
+        else:
+            with nogil:
+                core.sketched_matmul(xv, sv, uv, yv, e.epilogue)
+        return y
+    finally:
+        release_all(&held)
 
 
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
@@ -243,15 +330,16 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
     stream = _stream_of(x)
+    if out is None and intermediate is None and _plain_torch(x, S, U, bias):
+        return _torch_call(x, S, U, bias, e, stream)
     cdef ImportedTensor xt = _import(x, "x", False, stream)
     cdef ImportedTensor st = _import(S, "S", False, stream)
     cdef ImportedTensor ut = _import(U, "U", False, stream)
     cdef ImportedTensor bt = _import_optional(bias, "bias", stream)
     _set_bias(e.epilogue, bt)
-    cdef vector[int64_t] shape = core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
     cdef ImportedTensor ot
     if out is None:
-        out = _empty_like(x, tuple(shape), core.dtype_name(xt.view.dtype()).decode())
+        out = _new_array(x, _output_shape(xt.view, st.view, ut.view), xt.view)
         ot = _import(out, "out", True, stream)
     else:
         if type(out) is not _numpy_ndarray:
@@ -346,7 +434,6 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     _set_bias(e.epilogue, bt)
     # x, S and U checked first: the gradients' shapes below are read from them.
     core.sketched_matmul_output_shape(xt.view, st.view, ut.view)
-    dtype = core.dtype_name(xt.view.dtype()).decode()
     cdef SketchedMatmulGradients grads
     grads.S_terms.begin, grads.S_terms.end = _term_range(S_terms, "S_terms")
     grads.U_terms.begin, grads.U_terms.end = _term_range(U_terms, "U_terms")
@@ -359,7 +446,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
         if name not in wanted:
             results.append(None)
             continue
-        array = _empty_like(grad_out, shape, dtype)
+        array = _new_array(grad_out, tuple(shape), xt.view)
         t = _import(array, "grad " + name, True, stream)
         imported.append(t)
         if name == "x":

@@ -34,6 +34,8 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         DType dtype()
         int ndim()
         const vector[int64_t]& shape()
+        int64_t numel()
+        const Device& device()
 
     const char* dtype_name(DType dtype)
 
@@ -142,6 +144,9 @@ cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:
     void set_thread_execution(uintptr_t stream, cbool allow_tf32, const CpuGemmProvider* cpu_gemm,
                               cbool tune_gemms)
     CpuGemmProvider& framework_gemm(int framework)
+    TensorView view_of(void* data, DType dtype, const int64_t* shape, const int64_t* strides, int ndim,
+                       Device device) except +raise_py_error
+    cbool join_views(const TensorView& a, const TensorView& b, TensorView& joined) except +raise_py_error
     ctypedef void* (*DeviceAllocateCallback)(void* owner, size_t nbytes, int device, uintptr_t stream, string* error)
     ctypedef void (*DeviceDeallocateCallback)(void* owner, void* block, size_t nbytes, int device, uintptr_t stream)
     void set_callback_device_resource(void* owner, DeviceAllocateCallback allocate,

@@ -93,10 +93,10 @@ Extents check_operands(const TensorView& x, const TensorView& S, const TensorVie
   detail::check_addressable(kOp, "U", U);
   std::optional<std::int64_t> rows = 1;
   for (int d = 0; d + 1 < x.ndim(); ++d) rows = rows ? detail::checked_mul(*rows, x.size(d)) : std::nullopt;
-  detail::check_addressable(kOp, "x", rows, x.dtype(), "leading dimensions " + detail::describe_shape(x));
+  detail::check_addressable_lazy(kOp, "x", rows, x.dtype(), [&x] { return "leading dimensions " + detail::describe_shape(x); });
   e.rows = *rows;
   const std::optional<std::int64_t> width = detail::checked_mul(e.terms, e.rank);
-  detail::check_addressable(kOp, "S", width, x.dtype(), "T·k columns of " + detail::describe_shape(S));
+  detail::check_addressable_lazy(kOp, "S", width, x.dtype(), [&S] { return "T·k columns of " + detail::describe_shape(S); });
   detail::checked_elements(kOp, "S", e.rows, *width, x.dtype(), "the intermediate x·S");
   detail::checked_elements(kOp, "U", e.rows, e.d_out, x.dtype(), "the output");
   return e;

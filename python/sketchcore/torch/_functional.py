@@ -59,8 +59,7 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
                                                        activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p),
                                                        _dropout_seed(seed, dropout_p))
     if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
-        return _eager.SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p),
-                                     _eager_seed(seed, dropout_p))
+        return _eager.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), _eager_seed(seed, dropout_p))
     seed = _dropout_seed(seed, dropout_p)
     y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
     return y
@@ -78,8 +77,8 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
         return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
                                                        _dropout_seed(seed, dropout_p))
     if _eager.applies(x, S, U, bias):
-        return _eager.SketchedLinear.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                           _eager_seed(seed, dropout_p))
+        return _eager.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
+                                      _eager_seed(seed, dropout_p))
     seed = _dropout_seed(seed, dropout_p)
     y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
     return y

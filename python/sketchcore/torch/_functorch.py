@@ -109,6 +109,4 @@ class SketchedLinearFunction(torch.autograd.Function):
         return (*_second_order.vjp((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
 
 
-def transforms_active() -> bool:
-    """Whether a torch.func transform (grad, vjp, jacrev, vmap, ...) is active."""
-    return _private.functorch_active()
+transforms_active = _private.functorch_active

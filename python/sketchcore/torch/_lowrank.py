@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch import _functorch
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, sketched_linear
+from sketchcore.torch import _eager, _functorch
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear
 from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._modules import dense_copy
 
@@ -107,12 +107,17 @@ class LowRankLinear(SketchedLayer):
 
     @torch.jit.unused
     def _under_torch_func(self, x: Tensor) -> Optional[Tensor]:
-        """The forward through the torch.func path while a transform is active, else None
-        (never compiled by TorchScript)."""
+        """The forward through the functional API: torch.func transforms and plain eager calls
+        (the eager fast path: no dispatcher, no torch._dynamo import on the first call); None
+        where the operator must be called (never compiled by TorchScript)."""
+        params = self._parameters  # not self.S: see SKLinear._python_path
+        S, U, bias = params["S"], params["U"], params["bias"]
+        p = self.dropout if self.training else 0.0
+        if _eager.applies(x, S, U, bias):
+            return _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p))
         if not _functorch.transforms_active():
             return None
-        p = self.dropout if self.training else 0.0
-        return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation, dropout_p=p)
+        return sketched_linear(x, S, U, bias, activation=self.activation, dropout_p=p)
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():

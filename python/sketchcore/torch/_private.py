@@ -45,7 +45,10 @@ def register_autocast(name: str, device_type: str,
     return True
 
 
-def functorch_active() -> bool:
-    """Whether a torch.func transform is active (False when this torch cannot tell)."""
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return bool(active()) if active is not None else False
+def _never() -> bool:
+    return False
+
+
+#: Whether a torch.func transform (grad, vjp, jacrev, vmap, ...) is active (always False when
+#: this torch cannot tell); torch's own function, looked up once (it is on every eager call).
+functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", _never)
