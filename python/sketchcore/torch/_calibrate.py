@@ -151,6 +151,9 @@ def measure(model: nn.Module, originals: Mapping[str, nn.Module], attention: Ite
         return hook
 
     handles = [converted[name].register_forward_hook(hook_for(name), with_kwargs=True) for name in per_layer]
+    modes = [(module, module.training) for original in originals.values() for module in original.modules()]
+    for original in originals.values():
+        original.eval()  # swapped into the model in eval mode, as the converted modules run
     try:
         with evaluating(model):
             for batch in batches:
@@ -169,4 +172,6 @@ def measure(model: nn.Module, originals: Mapping[str, nn.Module], attention: Ite
     finally:
         for handle in handles:
             handle.remove()
+        for module, mode in modes:
+            module.training = mode
     return {name: acc.value() for name, acc in per_layer.items()}, (model_error.value() if seen_tensor else None)

@@ -19,7 +19,7 @@ from sketchcore.torch._convert_linear import build, choose_rank, dense_equivalen
 from sketchcore.torch._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
 from sketchcore.torch._report import ConversionReport, LayerReport
 from sketchcore.torch._restore import restore_model
-from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, set_module, tied_reason
+from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
 
 __all__ = ["ConversionReport", "LayerReport", "register_linear", "restore_model", "sketch_model"]
 
@@ -161,7 +161,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     for name, conv in convs:
         _replace_conv(model, name, conv, num_terms, low_rank, tolerance, param_ratio, init, report)
     for name, performer in performers.items():
-        set_module(model, name, performer)
+        replace(model, name, report.replaced[name].original or performer, performer)
     if performers:
         no_fused_encoders(model)
     if batches is not None:
@@ -226,7 +226,7 @@ def _replace_linear(model: nn.Module, c: _Linear, gram: Optional[Tensor], calibr
     new = build(c.M, c.bias, layer, rank, num_terms, init, Vt, weight.dtype, weight.device, kwargs)
     approximation = dense_equivalent(new)
     output_error = _whitened.output_error(approximation, c.M, gram) if gram is not None else None
-    set_module(model, c.name, new)
+    replace(model, c.name, c.module, new)
     report.replaced[c.name] = LayerReport(c.name, type(new).__name__, n_in, n_out, rank, size, params(new),
                                           flops_dense, flops, _factors.relative_error(approximation, c.M), c.module,
                                           "", output_error)
@@ -249,7 +249,7 @@ def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, 
                                        flops_dense, 0.0, None, reason))
         return
     new = SKConv2d.fromTorch(conv, num_terms, rank, init=init)
-    set_module(model, name, new)
+    replace(model, name, conv, new)
     report.replaced[name] = LayerReport(name, "SKConv2d", n_in, n_out, rank, params(conv), params(new), flops_dense,
                                         2 * 2 * num_terms * rank * (n_in + n_out),
                                         _factors.relative_error(new.weight, conv.weight), conv)

@@ -14,6 +14,13 @@ def set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
+def replace(model: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
+    """Puts ``new`` in place of ``old`` at ``name``, in ``old``'s training mode (a layer created
+    inside a model in eval mode must not run its dropout)."""
+    new.train(old.training)
+    set_module(model, name, new)
+
+
 def params(layer: nn.Module) -> int:
     return sum(p.numel() for p in layer.parameters())
 
