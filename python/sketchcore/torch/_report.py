@@ -82,13 +82,13 @@ class ConversionReport(Mapping[str, LayerReport]):
     def __str__(self) -> str:
         rows = [*self.replaced.values(), *self.kept]
         column = "output err" if self.calibrated else "weight err"
-        header = (f"{'layer':<34} {'kind':<14} {'shape':>11} {'rank':>5} {'params':>19} {'MFLOP/row':>17} "
+        header = (f"{'layer':<34} {'kind':<22} {'shape':>11} {'rank':>5} {'params':>19} {'MFLOP/row':>17} "
                   f"{column:>10}")
         lines = [header, "-" * len(header)]
         for r in rows:
             shape = f"{r.in_features}→{r.out_features}"
             name = r.name if len(r.name) <= 34 else "…" + r.name[-33:]
-            lines.append(f"{name:<34} {r.kind:<14} {shape:>11} {r.rank:>5} "
+            lines.append(f"{name:<34} {r.kind:<22} {shape:>11} {r.rank:>5} "
                          f"{r.params_before:>9,}→{r.params_after:<9,} "
                          f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {self._error_text(r):>10}"
                          + (f"  ({r.reason})" if r.reason else ""))
