@@ -15,9 +15,11 @@ parameters by
 * ``panther init``: ``SKLinear`` (1 term) with Panther's own random-sign initialisation,
 
 and each is evaluated (validation perplexity per byte) before and after a short fine-tune, with
-the median training-step time and the peak memory of the fine-tune (resident-set growth over
-the step loop: gradients, optimiser state, activations) against the dense model fine-tuned the
-same way. Writes ``<out>.json``, ``<out>.md`` and ``<out>.png``.
+the peak memory of the fine-tune (resident-set growth over the step loop: gradients, optimiser
+state, activations) against the dense model fine-tuned the same way. Training-step time is
+measured at the end, all models in turn for several rounds (so that load from other processes
+falls on every model alike): the median per model, with the spread of its round medians.
+Writes ``<out>.json``, ``<out>.md`` and ``<out>.png``.
 
     python bench/lm_compression.py --out bench/results/lm-compression-2026-11-23
 
@@ -107,6 +109,8 @@ def main() -> None:
     parser.add_argument("--val-windows", type=int, default=128)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timing-rounds", type=int, default=4)
+    parser.add_argument("--timing-steps", type=int, default=2, help="training steps per model per round")
     args = parser.parse_args()
     _reexec_with_mmap_threshold()
     started = time.perf_counter()
@@ -151,7 +155,8 @@ def main() -> None:
 
     def train(model: torch.nn.Module, steps: int, lr: float, seed: int, memory: PeakMemory | None = None
               ) -> list[float]:
-        """AdamW with linear warm-up (10%) and cosine decay; returns each step's seconds."""
+        """AdamW with linear warm-up (10%) and cosine decay; returns each step's seconds (the
+        same work as the timed steps of the end)."""
         g = torch.Generator().manual_seed(seed)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
                                       weight_decay=0.0, betas=(0.9, 0.95))
@@ -186,15 +191,16 @@ def main() -> None:
 
     def finetuned(model: torch.nn.Module) -> dict[str, float]:
         memory = PeakMemory()
-        times = train(model, args.finetune_steps, 1e-3, seed=2, memory=memory)
+        train(model, args.finetune_steps, 1e-3, seed=2, memory=memory)
         peak = memory.peak()
-        return {"ppl_after": perplexity(model), "step_ms": 1e3 * statistics.median(times[2:]), "peak_mib": peak}
+        return {"ppl_after": perplexity(model), "peak_mib": peak}
 
     rows = []
+    models = []  # kept for the interleaved timing at the end (small)
     reference = copy.deepcopy(dense)
     rows.append({"method": "dense", "fewer": 0.0, "linear_params": linear_params, "ppl_before": dense_ppl,
                  **finetuned(reference)})
-    del reference
+    models.append(reference)
     print(f"dense fine-tuned: {rows[-1]}", flush=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for fewer in FEWER:
@@ -217,10 +223,20 @@ def main() -> None:
                    "ppl_before": perplexity(model)}
             row.update(finetuned(model))
             rows.append(row)
+            models.append(model)
             print(f"{method:>20} {fewer:.0%} fewer: params {after:,} ({1 - after / linear_params:.1%} fewer), "
-                  f"ppl {row['ppl_before']:.3f} -> {row['ppl_after']:.3f}, step {row['step_ms']:.0f} ms, "
-                  f"peak {row['peak_mib']:.1f} MiB, convert {convert_s:.1f} s", flush=True)
-            del model
+                  f"ppl {row['ppl_before']:.3f} -> {row['ppl_after']:.3f}, peak {row['peak_mib']:.1f} MiB, "
+                  f"convert {convert_s:.1f} s", flush=True)
+
+    rounds: list[list[float]] = [[] for _ in models]
+    for r in range(args.timing_rounds):
+        for i, model in enumerate(models):
+            times = train(model, args.timing_steps + 1, 1e-4, seed=100 + r)[1:]  # the first step builds the optimiser
+            rounds[i].append(statistics.median(times))
+    for row, medians in zip(rows, rounds):
+        row["step_ms"] = 1e3 * statistics.median(medians)
+        row["step_ms_spread"] = [1e3 * min(medians), 1e3 * max(medians)]
+    print("step ms: " + ", ".join(f"{r['method']} {r['fewer']:.0%} {r['step_ms']:.0f}" for r in rows), flush=True)
 
     meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
@@ -251,16 +267,18 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              f"Python {meta['python']} standard library ({meta['corpus']['train_bytes']:,} bytes); validation "
              f"perplexity per byte on {meta['args']['val_windows']} windows of "
              f"{meta['corpus']['validation_files']} held-out files. Fine-tune: "
-             f"{meta['args']['finetune_steps']} AdamW steps (lr 1e-3), the same for every row. Step time: median "
-             f"of the fine-tune steps (forward + backward + optimiser); peak: resident-set growth during the "
-             f"fine-tune (MiB). CPU: {meta['machine']}, {meta['threads']} threads, torch {meta['torch']}, "
+             f"{meta['args']['finetune_steps']} AdamW steps (lr 1e-3), the same for every row. Step time "
+             f"(forward + backward + optimiser): all models in turn, {meta['args']['timing_rounds']} rounds of "
+             f"{meta['args']['timing_steps']} steps; the median of the round medians, [min, max] of them in "
+             f"brackets. Peak: resident-set growth during the fine-tune (MiB). CPU: {meta['machine']}, {meta['threads']} threads, torch {meta['torch']}, "
              f"transformers {meta['transformers']}; the machine was shared with other jobs, so times are noisy.", "",
-             "| fewer linear params | method | params | ppl before fine-tune | ppl after | step ms (× dense) | "
+             "| fewer linear params | method | params | ppl before fine-tune | ppl after | step ms [spread] (× dense) | "
              "peak MiB (× dense) |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         fewer = "dense" if row["method"] == "dense" else f"{row['fewer']:.0%}"
         lines.append(f"| {fewer} | {row['method']} | {row['linear_params']:,} | {row['ppl_before']:.3f} | "
-                     f"{row['ppl_after']:.3f} | {row['step_ms']:.0f} ({row['step_ms'] / dense['step_ms']:.2f}×) | "
+                     f"{row['ppl_after']:.3f} | {row['step_ms']:.0f} [{row['step_ms_spread'][0]:.0f}–{row['step_ms_spread'][1]:.0f}] "
+                     f"({row['step_ms'] / dense['step_ms']:.2f}×) | "
                      f"{row['peak_mib']:.1f} ({row['peak_mib'] / dense['peak_mib']:.2f}×) |")
     lines += ["", "Perplexity increase before any fine-tune, data-aware over plain SVD (the issue's bar: ≤ 0.5 at 20%):", ""]
     for fewer in FEWER:

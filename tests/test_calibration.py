@@ -185,3 +185,17 @@ def test_performer_error_is_unknown_without_calibration_and_measured_with_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # within tolerance: no warning
         sct.sketch_model(encoder(3), attention=8, tolerance=0.999, calibration=[x], include=["*self_attn"])
+
+
+def test_convolutions_get_their_measured_output_error():
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1)).double().eval()
+    model = copy.deepcopy(dense)
+    images = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = sct.sketch_model(model, 1, 2, conv2d=True, calibration=[images], include=["0"])
+    with torch.no_grad():
+        exact, approximate = dense[0](images), model[0](images)
+    expected = float(torch.linalg.norm(approximate - exact) / torch.linalg.norm(exact))
+    assert report["0"].kind == "SKConv2d" and report["0"].output_error == pytest.approx(expected, rel=1e-9)

@@ -32,8 +32,9 @@ class LayerReport:
     original: Optional[nn.Module] = field(default=None, repr=False)  #: the replaced module
     reason: str = ""  #: why a layer was kept dense
     #: the relative output error on the calibration inputs (None without calibration): for a
-    #: linear layer ‖X(W_new − W)ᵀ‖_F / ‖X Wᵀ‖_F on the activations X the layer received; for
-    #: attention, its measured output against the exact attention's on the same inputs
+    #: linear layer ‖X(W_new − W)ᵀ‖_F / ‖X Wᵀ‖_F on the activations X the layer received (the
+    #: bias, copied exactly, left out); for attention and convolutions, the measured output
+    #: against the original module's on the same inputs
     output_error: Optional[float] = None
 
 

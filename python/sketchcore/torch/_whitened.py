@@ -72,7 +72,7 @@ def sklinear_factors(M: Tensor, Vt: Tensor, terms: int, rank: int, generator: Op
     min(in, out) do not exist: their fixed rows/columns are random signs ±1/√k and their
     learnable factors start at 0, as in the weight-SVD initialisation."""
     n_in, n_out = M.shape
-    M64 = M.detach().to(torch.float64)
+    M64, Vt = M.detach().to("cpu", torch.float64), Vt.to("cpu", torch.float64)  # assembled on the host, as _factors
     available = min(n_in, n_out, 2 * terms * rank, Vt.shape[0])
     scale = 2 * terms
     sign = 1.0 / math.sqrt(rank)
