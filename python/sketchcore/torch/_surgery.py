@@ -1,4 +1,4 @@
-"""Small operations on a model's module tree shared by conversion and restoring: putting a
+"""Small operations on a model's module tree used by conversion: putting a
 module in place, counting parameters, finding weights used by more than one module, and
 turning off fused encoder paths that would bypass converted attention."""
 from __future__ import annotations
