@@ -182,6 +182,14 @@ cdef object _export(object obj, str name, bint for_writing, object stream):
     except TypeError:
         # A producer from before DLPack 1.0 knows no max_version/copy: legacy capsule.
         return export(**extra)
+    except BufferError:
+        if getattr(obj, "requires_grad", False) is True:  # torch's own message names no argument
+            raise BufferError(
+                f"{name}: expected a tensor that does not require gradient: sketchcore's array functions take "
+                "arrays, not autograd graphs (torch refuses to export tensors that require gradient). For a "
+                "differentiable call use sketchcore.torch.sketched_linear(x, S, U, bias) (or "
+                f"sketchcore.torch.sklinear); to compute without gradients pass {name}.detach()") from None
+        raise
 
 
 cdef object _ndarray = None  # numpy.ndarray, once NumPy is imported

@@ -37,3 +37,17 @@ print(image, kernel, back, functional, attention, attended, nothing)
 encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, batch_first=True), 1, enable_nested_tensor=False)
 swapped: ConversionReport = sketch_model(encoder, attention=32)
 print(swapped)
+
+from typing import Optional  # noqa: E402
+
+from sketchcore.torch import LayerReport, register_linear  # noqa: E402
+
+register_linear("my_package.layers.Projection", weight="kernel", bias=None, orientation="in_out")
+batches = [torch.ones(4, 16), torch.zeros(4, 16)]
+aware: ConversionReport = sketch_model(nn.Sequential(nn.Linear(16, 16)), tolerance=0.2, calibration=batches)
+row: LayerReport = aware["0"]
+layer_error: Optional[float] = row.output_error
+model_error: Optional[float] = aware.output_error
+kept: list[LayerReport] = aware.kept
+untied: ConversionReport = sketch_model(nn.Sequential(nn.Linear(16, 16)), param_ratio=0.5, tied="untie")
+print(layer_error, model_error, kept, untied)

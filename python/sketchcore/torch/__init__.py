@@ -2,7 +2,8 @@
 drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution; ``RandMultiHeadAttention`` / ``make_performer``,
 its Performer attention;
 ``LowRankLinear``; and model compression
-(``sketch_model``, ``restore_model``) with near-optimal (SVD) conversions.
+(``sketch_model``, ``restore_model``, ``register_linear``) with near-optimal conversions, from the
+weights' SVD or data-aware (calibration inputs).
 
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
@@ -15,11 +16,12 @@ from __future__ import annotations
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, sketched_conv2d
 from sketchcore.torch._derived_weight import DerivedWeight
-from sketchcore.torch._convert import ConversionReport, LayerReport, restore_model, sketch_model
+from sketchcore.torch._convert import ConversionReport, LayerReport, register_linear, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear",
-           "make_performer", "restore_model", "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]
+__all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention",
+           "SKConv2d", "SKLinear", "make_performer", "register_linear", "restore_model", "sketch_model",
+           "sketched_conv2d", "sketched_linear", "sklinear"]

@@ -1,147 +1,98 @@
-"""Compressing a trained model: ``sketch_model`` replaces its ``nn.Linear`` layers by sketched
-ones (by fixed size, parameter ratio or error tolerance) and returns a report; ``restore_model``
-rebuilds a compressed model from its state_dict without the dense weights."""
+"""Compressing a trained model: ``sketch_model`` replaces its linear maps (``nn.Linear``,
+``transformers``' ``Conv1D``, any type given to ``register_linear``) by sketched layers — by
+fixed size, parameter ratio or error tolerance, from the weights or from calibration data —
+and returns a report; ``restore_model`` rebuilds a compressed model from its state_dict."""
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from sketchcore.torch import _factors
+from sketchcore.torch import _calibrate, _factors, _whitened
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, _check_convertible
+from sketchcore.torch._convert_linear import build, choose_rank, dense_equivalent
 from sketchcore.torch._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
+from sketchcore.torch._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
+from sketchcore.torch._report import ConversionReport, LayerReport
+from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
+
+__all__ = ["ConversionReport", "LayerReport", "register_linear", "restore_model", "sketch_model"]
+
+#: Without a tolerance, Performer attention measured on calibration inputs warns above this
+#: relative output error.
+ATTENTION_WARNING = 0.1
 
 
 @dataclass
-class LayerReport:
-    """One converted (or kept) layer: what it became and what it costs."""
+class _Linear:
+    """A linear map chosen for conversion."""
 
     name: str
-    kind: str  #: "SKLinear", "SKConv2d", "LowRankLinear", "RandMultiHeadAttention", or "kept dense"
-    in_features: int  #: in_channels·kh·kw for a convolution
-    out_features: int
-    #: k per term for SKLinear/SKConv2d (2·T·k in total), the rank for LowRankLinear, the number
-    #: of random features for attention, 0 when kept
-    rank: int
-    params_before: int
-    params_after: int
-    flops_before: int  #: multiply-adds × 2 per input row (per output pixel for a convolution)
-    flops_after: int
-    weight_error: float  #: ‖W_new − W‖_F / ‖W‖_F
-    original: Optional[nn.Module] = field(default=None, repr=False)  #: the replaced module
-    reason: str = ""  #: why a layer was kept dense
-
-
-class ConversionReport(Mapping[str, LayerReport]):
-    """What ``sketch_model`` did: a mapping from the name of each replaced layer to its
-    :class:`LayerReport` (``report[name].original`` is the replaced ``nn.Linear``), plus
-    ``kept`` (matched layers left dense, with the reason) and ``skipped`` (modules a pattern
-    matched that are not plain ``nn.Linear``, e.g. attention's ``out_proj``).
-    ``print(report)`` shows the per-layer table and the totals."""
-
-    def __init__(self) -> None:
-        self.replaced: dict[str, LayerReport] = {}
-        self.kept: list[LayerReport] = []
-        self.skipped: list[tuple[str, str]] = []
-
-    def __getitem__(self, name: str) -> LayerReport:
-        return self.replaced[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.replaced)
-
-    def __len__(self) -> int:
-        return len(self.replaced)
-
-    @property
-    def params_before(self) -> int:
-        return sum(r.params_before for r in [*self.replaced.values(), *self.kept])
-
-    @property
-    def params_after(self) -> int:
-        return sum(r.params_after for r in [*self.replaced.values(), *self.kept])
-
-    def __str__(self) -> str:
-        rows = [*self.replaced.values(), *self.kept]
-        header = (f"{'layer':<28} {'kind':<14} {'shape':>11} {'rank':>5} {'params':>19} {'MFLOP/row':>17} "
-                  f"{'weight err':>10}")
-        lines = [header, "-" * len(header)]
-        for r in rows:
-            shape = f"{r.in_features}→{r.out_features}"
-            lines.append(f"{r.name[-28:]:<28} {r.kind:<14} {shape:>11} {r.rank:>5} "
-                         f"{r.params_before:>9,}→{r.params_after:<9,} "
-                         f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {r.weight_error:>10.4f}"
-                         + (f"  ({r.reason})" if r.reason else ""))
-        lines.append(f"total parameters of the converted layers: {self.params_before:,} → {self.params_after:,}")
-        lines.extend(f"skipped {name}: {why}" for name, why in self.skipped)
-        return "\n".join(lines)
-
-
-def _params(layer: nn.Module) -> int:
-    return sum(p.numel() for p in layer.parameters())
-
-
-def _choose(M: torch.Tensor, layer: str, num_terms: Optional[int], low_rank: Optional[int],
-            tolerance: Optional[float], param_ratio: Optional[float]) -> tuple[int, str]:
-    """The rank (per term for SKLinear) and, when the layer should stay dense, the reason."""
-    n_in, n_out = M.shape
-    dense = n_in * n_out
-    # learnable parameters per unit of rank
-    if layer == "sklinear":
-        per_rank = (n_in + n_out) * num_terms
-    elif layer == "skconv2d":
-        per_rank = 2 * num_terms * n_in
-    else:
-        per_rank = n_in + n_out
-    if low_rank is not None:
-        return low_rank, ""
-    if param_ratio is not None:
-        rank = int(param_ratio * dense // per_rank)
-        return (rank, "") if rank >= 1 else (0, f"no rank ≥ 1 fits param_ratio={param_ratio}")
-    assert tolerance is not None
-    rank, _ = _factors.rank_for_tolerance(M, tolerance)
-    if layer in ("sklinear", "skconv2d"):
-        rank = -(-rank // (2 * num_terms))  # k per term: 2·T·k singular directions
-    if rank * per_rank >= dense:
-        return 0, f"tolerance {tolerance} needs rank {rank}, not fewer parameters than dense"
-    return rank, ""
+    module: nn.Module
+    M: Tensor  # in × out
+    bias: Optional[Tensor]
 
 
 def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Optional[int] = None, *,
                  tolerance: Optional[float] = None, param_ratio: Optional[float] = None,
-                 layer: Literal["sklinear", "lowrank"] = "sklinear", include: Optional[Iterable[str]] = None,
+                 layer: Optional[Literal["sklinear", "lowrank"]] = None, include: Optional[Iterable[str]] = None,
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
-                 attention: Optional[int] = None, **kwargs: Any) -> ConversionReport:
-    """Replaces, in place, the ``nn.Linear`` layers of ``model`` whose qualified names match a
-    pattern of ``include`` (all when None) and none of ``exclude`` (fnmatch patterns).
+                 attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
+                 tied: Literal["keep", "untie"] = "keep", **kwargs: Any) -> ConversionReport:
+    """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
+    ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
+    ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
+    :func:`register_linear`.
 
-    Size (needed unless only ``attention`` is given): ``low_rank`` (k per term for SKLinear, the rank for LowRankLinear), or
-    ``param_ratio`` (learnable parameters of each new layer / the dense layer's), or
-    ``tolerance`` (each layer gets the smallest size whose relative weight error is at most
-    ``tolerance``, from its singular values; a layer that cannot meet it with fewer parameters
-    than dense stays dense). ``layer="sklinear"`` (needs ``num_terms``) builds Panther's layer
-    with ``init`` ("svd": the best rank-2Tk approximation; "panther": Panther's random-sign
-    initialisation); ``layer="lowrank"`` builds :class:`LowRankLinear` from the truncated SVD.
+    Size (one of them; none with only ``attention``): ``low_rank`` (k per term for SKLinear,
+    the rank for LowRankLinear), ``param_ratio`` (learnable parameters of each new layer / the
+    dense layer's), or ``tolerance`` (each layer gets the smallest size whose relative error
+    is at most ``tolerance``; a layer that cannot meet it with fewer parameters stays dense).
+
+    Layer: ``layer="lowrank"`` builds :class:`LowRankLinear` (rank-r ``x S U + b``) — the
+    default when ``num_terms`` is not given, so ``sketch_model(model, tolerance=0.1)`` works
+    alone: at a given parameter count it has half the FLOPs of an SKLinear and its rank is
+    exactly what the tolerance needs. ``layer="sklinear"`` (the default when ``num_terms`` is
+    given) builds Panther's layer with ``init`` ("svd": fixed factors from singular subspaces,
+    the best rank-2Tk approximation; "panther": Panther's random-sign initialisation).
+
+    Calibration: with ``calibration`` — an iterable of model inputs (tensors, tuples of
+    positional arguments or dicts of keyword arguments, e.g. a few batches of training data),
+    run once through the model in eval mode with hooks — each layer's factors minimise its
+    *output* error on the activations it receives (whitened truncation from the float64 Gram
+    matrix XᵀX of its inputs, d_in × d_in per layer: statistics, not activations; exact for
+    rank-deficient activations; LowRankLinear and SKLinear with ``init="svd"``), and
+    ``tolerance`` is a relative output error ‖X(W_new − W)ᵀ‖ / ‖X Wᵀ‖. The batches are kept to
+    measure the converted model: the report then shows each layer's output error and the whole
+    model's (its first output tensor, e.g. the logits, against the original's). A layer the
+    calibration never reaches stays dense. Without calibration, ``tolerance`` is a relative
+    weight error and the report says so.
+
+    Tied weights: a layer whose weight is also used elsewhere (an ``lm_head`` tied to the
+    input embedding, a module registered twice) is kept and listed in ``report.kept`` with the
+    names it is tied to; ``tied="untie"`` converts it anyway (the other users keep the dense
+    weight, so the model grows).
+
     Other keyword arguments go to the new layers (``activation``, ``dropout``). With
-    ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers are replaced too, by
-    :class:`SKConv2d` of the same ``num_terms`` and ``init`` (their kernel as an
-    (in·kh·kw) × out matrix is what is approximated); convolutions SKConv2d refuses (groups,
-    padding modes) are reported as kept, with the reason. With ``attention=m``, plain
-    ``nn.MultiheadAttention`` modules become Performer attention with m random features
-    (:func:`make_performer`, softmax kernel, causal wherever the caller passes a causal mask or
-    ``is_causal``); their projections are copied, so the report shows no weight error, and the
-    ``nn.TransformerEncoder`` holding them stops using its nested-tensor fast path (torch's fused
-    exact attention, which would bypass them).
+    ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers become
+    :class:`SKConv2d` of the same ``num_terms`` and ``init``; convolutions it refuses are kept,
+    with the reason. With ``attention=m``, plain ``nn.MultiheadAttention`` modules become
+    Performer attention with m random features (:func:`make_performer`; their projections are
+    copied, so no weight is approximated: without calibration their error is reported as
+    unknown; with it, the measured output error of each is reported and a warning is issued
+    when it exceeds ``tolerance``, or 0.1 without one). ``nn.TransformerEncoder`` holding them
+    stops using its nested-tensor fast path (torch's fused exact attention would bypass them).
 
     Returns a :class:`ConversionReport` (print it for the per-layer table). Modules a pattern
-    matches that are not plain ``nn.Linear`` (subclasses such as attention's
+    matches that subclass a convertible type without being registered (attention's
     ``NonDynamicallyQuantizableLinear``, whose owner reads ``.weight`` directly) are reported as
     skipped, not silently ignored.
     """
@@ -151,10 +102,12 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio (or none with "
                          f"only attention=), got low_rank={low_rank!r}, tolerance={tolerance!r}, "
                          f"param_ratio={param_ratio!r}")
+    if layer is None:
+        layer = "sklinear" if num_terms is not None or conv2d else "lowrank"
     if layer not in ("sklinear", "lowrank"):
         raise ValueError(f"sketch_model: layer: expected 'sklinear' or 'lowrank', got {layer!r}")
-    if not attention_only and layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool) or not isinstance(num_terms, int)
-                                or num_terms < 1):
+    if not attention_only and layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool)
+                                                       or not isinstance(num_terms, int) or num_terms < 1):
         raise ValueError(f"sketch_model: num_terms: expected an integer ≥ 1 for layer='sklinear', got {num_terms!r}")
     if attention is not None and (isinstance(attention, bool) or not isinstance(attention, int) or attention < 1):
         raise ValueError(f"sketch_model: attention: expected a number of random features ≥ 1, got {attention!r}")
@@ -165,59 +118,121 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         raise ValueError(f"sketch_model: tolerance: expected a number in [0, 1), got {tolerance!r}")
     if param_ratio is not None and not 0.0 < param_ratio:
         raise ValueError(f"sketch_model: param_ratio: expected a positive number, got {param_ratio!r}")
+    if tied not in ("keep", "untie"):
+        raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
+    batches = _calibrate.batches_of(calibration) if calibration is not None else None
     include = list(include) if include is not None else None
     exclude = list(exclude or ())
     report = ConversionReport()
-    replaced_attention: list[str] = []
+    names = parameter_names(model)
+    linears: list[_Linear] = []
+    convs: list[tuple[str, nn.Conv2d]] = []
+    performers: dict[str, nn.Module] = {}  # name → its Performer, built now, swapped in after calibration
     for name, module in list(model.named_modules()):
         if not name or (include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include)):
             continue
         if any(fnmatch.fnmatchcase(name, p) for p in exclude):
             continue
-        if any(name.startswith(prefix + ".") for prefix in replaced_attention):
-            continue  # inside an attention module already replaced (its out_proj)
+        if any(name.startswith(prefix + ".") for prefix in performers):
+            continue  # inside an attention module being replaced (its out_proj)
         if attention is not None and type(module) is nn.MultiheadAttention:
-            if _replace_attention(model, name, module, attention, report):
-                replaced_attention.append(name)
+            performer = _performer(name, module, attention, report)
+            if performer is not None:
+                performers[name] = performer
             continue
         if conv2d and type(module) is nn.Conv2d:
-            _replace_conv(model, name, module, num_terms, low_rank, tolerance, param_ratio, init, report)
+            convs.append((name, module))
             continue
         if attention_only:
             continue
-        if type(module) is not nn.Linear:
-            if isinstance(module, nn.Linear):
-                report.skipped.append((name, f"{type(module).__name__} is a subclass of nn.Linear, "
-                                             "not replaced (its owner may read .weight directly)"))
+        spec = spec_of(module)
+        if spec is None:
+            why = unregistered_subclass(module)
+            if why:
+                report.skipped.append((name, why))
             continue
-        M = module.weight.detach().t()
-        n_in, n_out = M.shape
-        rank, reason = _choose(M, layer, num_terms, low_rank, tolerance, param_ratio)
-        flops_dense = 2 * n_in * n_out
-        if reason:
-            report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, _params(module), _params(module),
-                                           flops_dense, flops_dense, 0.0, None, reason))
-            continue
-        if layer == "lowrank":
-            rank = min(rank, n_in, n_out)
-            new: nn.Module = LowRankLinear.from_linear(module, rank, **kwargs)
-            flops = 2 * rank * (n_in + n_out)
-        else:
-            new = SKLinear.from_linear(module, num_terms, rank, init=init, **kwargs)
-            flops = 2 * 2 * num_terms * rank * (n_in + n_out)
-        error = _factors.relative_error(new.weight, module.weight)
-        _set_module(model, name, new)
-        report.replaced[name] = LayerReport(name, type(new).__name__, n_in, n_out, rank, _params(module), _params(new),
-                                            flops_dense, flops, error, module)
-    if replaced_attention:
-        _no_fused_encoders(model)
+        linear = _candidate(name, module, spec, names, tied, report)
+        if linear is not None:
+            linears.append(linear)
+
+    grams: dict[str, Tensor] = {}
+    if batches is not None and linears:
+        grams = _calibrate.collect_grams(model, {c.name: (c.module, c.M.shape[0]) for c in linears}, batches)
+    for c in linears:
+        _replace_linear(model, c, grams.get(c.name), batches is not None, layer, num_terms, low_rank, tolerance,
+                        param_ratio, init, kwargs, report)
+    for name, conv in convs:
+        _replace_conv(model, name, conv, num_terms, low_rank, tolerance, param_ratio, init, report)
+    for name, performer in performers.items():
+        replace(model, name, report.replaced[name].original or performer, performer)
+    if performers:
+        no_fused_encoders(model)
+    if batches is not None:
+        _measure(model, batches, tolerance, report)
     return report
 
 
-def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
+def _candidate(name: str, module: nn.Module, spec: LinearSpec, names: dict[int, list[str]], tied: str,
+               report: ConversionReport) -> Optional[_Linear]:
+    """The linear map to convert, or None after recording why it stays (tied, malformed)."""
+    try:
+        M, bias = read_linear(module, spec)
+    except ValueError as error:
+        report.kept.append(LayerReport(name, "kept dense", 0, 0, 0, params(module), params(module), 0, 0, 0.0, None,
+                                       str(error)))
+        return None
+    n_in, n_out = M.shape
+    weight = getattr(module, spec.weight)
+    reason = tied_reason(weight, f"{name}.{spec.weight}", names)
+    if reason and tied == "keep":
+        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, params(module), params(module),
+                                       2 * n_in * n_out, 2 * n_in * n_out, 0.0, None, reason))
+        return None
+    return _Linear(name, module, M, bias)
+
+
+def _replace_linear(model: nn.Module, c: _Linear, gram: Optional[Tensor], calibrated: bool, layer: str,
+                    num_terms: Optional[int], low_rank: Optional[int], tolerance: Optional[float],
+                    param_ratio: Optional[float], init: str, kwargs: dict[str, Any], report: ConversionReport) -> None:
+    """sketch_model's step for one linear map: a LowRankLinear or SKLinear, or kept dense with the reason."""
+    n_in, n_out = c.M.shape
+    flops_dense = 2 * n_in * n_out
+    size = params(c.module)
+    if calibrated and gram is None:
+        report.kept.append(LayerReport(c.name, "kept dense", n_in, n_out, 0, size, size, flops_dense, flops_dense,
+                                       0.0, None, "never called on the calibration inputs", 0.0))
+        return
+    s: Optional[Tensor] = None
+    Vt: Optional[Tensor] = None
+    if gram is not None:
+        s, Vt = _whitened.whitened_svd(c.M, gram)
+    whitened = s
+
+    def tolerance_rank() -> int:
+        assert tolerance is not None
+        if whitened is not None:
+            return _whitened.rank_for_output_tolerance(whitened, tolerance)[0]
+        return _factors.rank_for_tolerance(c.M, tolerance)[0]
+
+    rank, reason = choose_rank(n_in, n_out, layer, num_terms, low_rank, tolerance, param_ratio, tolerance_rank)
+    if reason:
+        report.kept.append(LayerReport(c.name, "kept dense", n_in, n_out, 0, size, size, flops_dense, flops_dense,
+                                       0.0, None, reason, 0.0 if calibrated else None))
+        return
+    if layer == "lowrank":
+        rank = min(rank, n_in, n_out)
+        flops = 2 * rank * (n_in + n_out)
+    else:
+        assert num_terms is not None
+        flops = 2 * 2 * num_terms * rank * (n_in + n_out)
+    weight = c.M
+    new = build(c.M, c.bias, layer, rank, num_terms, init, Vt, weight.dtype, weight.device, kwargs)
+    approximation = dense_equivalent(new)
+    output_error = _whitened.output_error(approximation, c.M, gram) if gram is not None else None
+    replace(model, c.name, c.module, new)
+    report.replaced[c.name] = LayerReport(c.name, type(new).__name__, n_in, n_out, rank, size, params(new),
+                                          flops_dense, flops, _factors.relative_error(approximation, c.M), c.module,
+                                          "", output_error)
 
 
 def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, low_rank: Optional[int],
@@ -228,44 +243,61 @@ def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, 
     flops_dense = 2 * n_in * n_out
     try:
         _check_convertible(conv)  # SKConv2d's own refusals (groups, padding modes)
-        rank, reason = _choose(M, "skconv2d", num_terms, low_rank, tolerance, param_ratio)
+        rank, reason = choose_rank(n_in, n_out, "skconv2d", num_terms, low_rank, tolerance, param_ratio,
+                                   lambda: _factors.rank_for_tolerance(M, tolerance or 0.0)[0])
     except ValueError as error:
         rank, reason = 0, str(error)
     if reason:
-        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, _params(conv), _params(conv), flops_dense,
+        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, params(conv), params(conv), flops_dense,
                                        flops_dense, 0.0, None, reason))
         return
     new = SKConv2d.fromTorch(conv, num_terms, rank, init=init)
-    _set_module(model, name, new)
-    report.replaced[name] = LayerReport(name, "SKConv2d", n_in, n_out, rank, _params(conv), _params(new), flops_dense,
+    replace(model, name, conv, new)
+    report.replaced[name] = LayerReport(name, "SKConv2d", n_in, n_out, rank, params(conv), params(new), flops_dense,
                                         2 * 2 * num_terms * rank * (n_in + n_out),
                                         _factors.relative_error(new.weight, conv.weight), conv)
 
 
-def _no_fused_encoders(model: nn.Module) -> None:
-    """Turns off the nested-tensor fast path of every nn.TransformerEncoder holding Performer
-    attention: it runs torch's fused exact attention from the first layer's weights, bypassing it."""
-    for owner in model.modules():
-        if isinstance(owner, nn.TransformerEncoder) and any(isinstance(m, RandMultiHeadAttention)
-                                                             for m in owner.modules()):
-            owner.use_nested_tensor = False
-
-
-def _replace_attention(model: nn.Module, name: str, mha: nn.MultiheadAttention, features: int,
-                       report: ConversionReport) -> bool:
-    """sketch_model's step for one nn.MultiheadAttention: Performer attention, or kept with the reason."""
+def _performer(name: str, mha: nn.MultiheadAttention, features: int, report: ConversionReport) -> Optional[nn.Module]:
+    """sketch_model's step for one nn.MultiheadAttention: its Performer attention (recorded as
+    replaced; swapped in later), or None after recording why it is kept."""
     E = mha.embed_dim
     projections = 2 * 4 * E * E  # per token: q, k, v and output projections (the attention itself grows with L)
     try:
         new = make_performer(mha, features)
     except ValueError as error:
-        report.kept.append(LayerReport(name, "kept dense", E, E, 0, _params(mha), _params(mha), projections,
+        report.kept.append(LayerReport(name, "kept dense", E, E, 0, params(mha), params(mha), projections,
                                        projections, 0.0, None, str(error)))
-        return False
-    _set_module(model, name, new)
-    report.replaced[name] = LayerReport(name, "RandMultiHeadAttention", E, E, features, _params(mha), _params(new),
-                                        projections, projections, 0.0, mha)
-    return True
+        return None
+    report.replaced[name] = LayerReport(name, "RandMultiHeadAttention", E, E, features, params(mha), params(new),
+                                        projections, projections, float("nan"), mha)
+    return new
+
+
+def _measure(model: nn.Module, batches: list[Any], tolerance: Optional[float], report: ConversionReport) -> None:
+    """Measures on the calibration inputs what the Gram matrices do not give (attention and
+    convolutions layer by layer, the whole model), fills the report, and warns about
+    Performer attention whose output error exceeds the tolerance."""
+    report.calibrated = True
+    report.calibration_batches = len(batches)
+    measured = [name for name, row in report.replaced.items() if row.output_error is None]
+    originals = {name: row.original for name, row in report.replaced.items() if row.original is not None}
+    per_layer, report.output_error = _calibrate.measure(model, originals, measured, batches,
+                                                        lambda name, module: set_module(model, name, module))
+    for row in report.kept:
+        if row.output_error is None:
+            row.output_error = 0.0  # kept as it is
+    limit = ATTENTION_WARNING if tolerance is None else tolerance
+    for name, error in per_layer.items():
+        row = report.replaced[name]
+        row.output_error = error
+        if row.kind == "RandMultiHeadAttention" and error > limit:
+            warnings.warn(f"sketch_model: the Performer attention at {name!r} ({row.rank} random features) has a "
+                          f"relative output error of {error:.3f} on the calibration inputs, above "
+                          f"{'the tolerance' if tolerance is not None else 'the warning level'} {limit} (FAVOR+ "
+                          "approximates sharp softmax attention poorly and improves only slowly with more features; "
+                          f"model output error: {report.output_error})", UserWarning, stacklevel=3)
+
 
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
@@ -295,7 +327,7 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
                                                config["dropout"], config["bias"], config["kernel_fn"],
                                                config["iscausal"], seed=config["seed"], **placement)
             attention.batch_first = config.get("batch_first", True)
-            _set_module(model, name, attention)
+            set_module(model, name, attention)
             continue
         if cls is SKConv2d:
             new: nn.Module = SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
@@ -310,7 +342,7 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         else:
             new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
                                 activation=config["activation"], dropout=config.get("dropout", 0.0), **placement)
-        _set_module(model, name, new)
-    _no_fused_encoders(model)
+        set_module(model, name, new)
+    no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)
     return model

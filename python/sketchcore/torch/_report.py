@@ -1,0 +1,109 @@
+"""What ``sketch_model`` did, layer by layer: sizes, costs, and the error it made — on the
+model's own data when calibration inputs were given, else on the weights, labelled as such."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Optional
+
+from torch import nn
+
+
+@dataclass
+class LayerReport:
+    """One converted (or kept) layer: what it became and what it costs."""
+
+    name: str
+    #: "SKLinear", "SKConv2d", "LowRankLinear", "RandMultiHeadAttention", or "kept dense"
+    kind: str
+    in_features: int  #: in_channels·kh·kw for a convolution
+    out_features: int
+    #: k per term for SKLinear/SKConv2d (2·T·k in total), the rank for LowRankLinear, the number
+    #: of random features for attention, 0 when kept
+    rank: int
+    params_before: int
+    params_after: int
+    flops_before: int  #: multiply-adds × 2 per input row (per output pixel for a convolution)
+    flops_after: int
+    #: ‖W_new − W‖_F / ‖W‖_F; NaN where no weight is approximated (Performer attention, whose
+    #: error lies in the attention itself)
+    weight_error: float
+    original: Optional[nn.Module] = field(default=None, repr=False)  #: the replaced module
+    reason: str = ""  #: why a layer was kept dense
+    #: the relative output error on the calibration inputs (None without calibration): for a
+    #: linear layer ‖X(W_new − W)ᵀ‖_F / ‖X Wᵀ‖_F on the activations X the layer received (the
+    #: bias, copied exactly, left out); for attention and convolutions, the measured output
+    #: against the original module's on the same inputs
+    output_error: Optional[float] = None
+
+
+class ConversionReport(Mapping[str, LayerReport]):
+    """What ``sketch_model`` did: a mapping from the name of each replaced layer to its
+    :class:`LayerReport` (``report[name].original`` is the replaced module), plus ``kept``
+    (matched layers left dense, with the reason: tied weights, no gain, ...) and ``skipped``
+    (modules a pattern matched that are not convertible types, e.g. attention's ``out_proj``).
+
+    With calibration inputs, ``calibrated`` is True, every layer's ``output_error`` is set and
+    ``output_error`` is the whole model's relative output error on those inputs (its first
+    output tensor, e.g. the logits; None when the model returns none). ``print(report)`` shows
+    the per-layer table and the totals, with the error column saying which error it is."""
+
+    def __init__(self) -> None:
+        self.replaced: dict[str, LayerReport] = {}
+        self.kept: list[LayerReport] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.calibrated = False
+        self.calibration_batches = 0  #: number of calibration batches run
+        self.output_error: Optional[float] = None
+
+    def __getitem__(self, name: str) -> LayerReport:
+        return self.replaced[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.replaced)
+
+    def __len__(self) -> int:
+        return len(self.replaced)
+
+    @property
+    def params_before(self) -> int:
+        return sum(r.params_before for r in [*self.replaced.values(), *self.kept])
+
+    @property
+    def params_after(self) -> int:
+        return sum(r.params_after for r in [*self.replaced.values(), *self.kept])
+
+    def _error_text(self, row: LayerReport) -> str:
+        value = row.output_error if self.calibrated else row.weight_error
+        if value is None or math.isnan(value):
+            return "unknown"
+        return f"{value:.4f}"
+
+    def __str__(self) -> str:
+        rows = [*self.replaced.values(), *self.kept]
+        column = "output err" if self.calibrated else "weight err"
+        header = (f"{'layer':<34} {'kind':<22} {'shape':>11} {'rank':>5} {'params':>19} {'MFLOP/row':>17} "
+                  f"{column:>10}")
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            shape = f"{r.in_features}→{r.out_features}"
+            name = r.name if len(r.name) <= 34 else "…" + r.name[-33:]
+            lines.append(f"{name:<34} {r.kind:<22} {shape:>11} {r.rank:>5} "
+                         f"{r.params_before:>9,}→{r.params_after:<9,} "
+                         f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {self._error_text(r):>10}"
+                         + (f"  ({r.reason})" if r.reason else ""))
+        lines.append(f"total parameters of the converted layers: {self.params_before:,} → {self.params_after:,}")
+        if self.calibrated:
+            lines.append(f"errors: relative output error of each layer on the activations of {self.calibration_batches} "
+                         "calibration batch(es)")
+            model = "unknown (the model returned no tensor)" if self.output_error is None else f"{self.output_error:.4f}"
+            lines.append(f"model output error on the calibration inputs: {model}")
+        else:
+            lines.append("errors: relative weight error ‖W_new − W‖/‖W‖ (no calibration inputs: the error on the "
+                         "model's outputs is not measured)")
+            if any(r.kind == "RandMultiHeadAttention" for r in rows):
+                lines.append("Performer attention: error unknown without calibration inputs (pass calibration= to "
+                             "measure it)")
+        lines.extend(f"skipped {name}: {why}" for name, why in self.skipped)
+        return "\n".join(lines)
