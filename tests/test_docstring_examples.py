@@ -27,6 +27,10 @@ MODULES = [
     "sketchcore.torch._functional",
     "sketchcore.torch._lowrank",
     "sketchcore.torch._modules",
+    "sketchcore.torch._report",
+    "sketchcore.torch._registry",
+    "sketchcore.torch._derived_weight",
+    "sketchcore.torch._layer_state",
     "sketchcore.jax",
 ]
 OPTIONAL = {"sketchcore.torch": "torch", "sketchcore.jax": "jax"}

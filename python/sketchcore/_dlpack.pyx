@@ -385,7 +385,47 @@ cdef class DLPackBuffer:
 
     Any DLPack consumer can take it without a copy: ``numpy.from_dlpack(buf)``,
     ``torch.from_dlpack(buf)``. The memory lives until the buffer and every exported tensor
-    are released.
+    are released. It starts zeroed.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        Non-negative extents.
+    dtype : {"float32", "float64"}
+        Element type (default ``"float32"``).
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : str
+    data_ptr : int
+        Address of the first element.
+
+    Raises
+    ------
+    TypeError
+        ``dtype`` is not ``"float32"`` or ``"float64"``.
+    ValueError
+        A negative extent in ``shape``.
+    MemoryError
+        The allocation failed.
+    BufferError
+        From ``__dlpack__``: a ``stream``, a non-CPU ``dl_device`` or ``copy=True``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> buf = DLPackBuffer((2, 3), "float64")
+    >>> a = np.from_dlpack(buf)
+    >>> a[0, 1] = 5.0
+    >>> np.from_dlpack(buf)
+    array([[0., 5., 0.],
+           [0., 0., 0.]])
+    >>> buf.shape, buf.dtype
+    ((2, 3), 'float64')
+    >>> DLPackBuffer((2,), "int8")
+    Traceback (most recent call last):
+    TypeError: dtype: expected one of ['float32', 'float64'], got 'int8'
     """
     cdef void* data
     cdef vector[int64_t] _shape

@@ -136,9 +136,29 @@ cdef int _enter(object x, object stream) except -1:
 
 
 def cpu_blas_of(x):
-    """Which BLAS runs the GEMMs of a call on ``x`` (see :func:`set_cpu_blas`): NumPy's or
-    torch's, named by library and entry point, or sketchcore's own; ``"cuBLASLt"`` for CUDA
-    arrays."""
+    """Which BLAS runs the GEMMs of a call on ``x`` (see :func:`set_cpu_blas`).
+
+    Parameters
+    ----------
+    x : array
+        Any array a call could receive (NumPy, torch, any DLPack producer).
+
+    Returns
+    -------
+    str
+        ``"numpy: ..."`` or ``"torch: ..."`` (library and entry point), ``"sketchcore: <blas>"``
+        for its own BLAS, ``"cuBLASLt"`` for a CUDA array.
+
+    Raises
+    ------
+    Nothing of its own: an object that is no array reads as sketchcore's own BLAS.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cpu_blas_of(np.ones(3)).split(":")[0] in ("numpy", "sketchcore")
+    True
+    """
     if _stream_of(x) is not None:
         return "cuBLASLt"
     cdef int framework = _framework_of(x)
@@ -327,6 +347,17 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         The temporaries would exceed the limit set with ``sketchcore.memory.set_limit``.
     TypeError
         Non-arrays, integer/complex/bool or mixed dtypes, arrays on different devices.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x, S, U = np.ones((2, 3)), np.ones((3, 2)), np.ones((2, 4))
+    >>> sketched_matmul(x, S, U, scale=0.5, activation="relu")
+    array([[3., 3., 3., 3.],
+           [3., 3., 3., 3.]])
+    >>> sketched_matmul(x, S, np.ones((3, 4)))
+    Traceback (most recent call last):
+    ValueError: ...
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
     stream = _stream_of(x)
@@ -407,8 +438,48 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     ``U_terms`` for dU. ``None`` means all terms. A layer whose S and U each mix learnable
     and fixed terms (Panther's ``SKLinear``) saves a quarter of the backward's FLOPs so.
 
-    Raises ValueError/TypeError as :func:`sketched_matmul`, and ValueError for an unknown
-    name in ``needs``, ``"bias"`` without a bias, or dropout without its seed.
+    Parameters
+    ----------
+    grad_out : array, shape (..., d_out)
+        dL/dy.
+    x, S, U, bias, activation, scale, dropout_p, seed
+        The forward's arguments (``seed`` is required when ``dropout_p > 0``).
+    intermediate : array, shape (..., T·k)
+        Z as written by the forward's ``intermediate``.
+    needs : collection of {"x", "S", "U", "bias"}, optional
+        Gradients to compute; default all (``"bias"`` only with a bias).
+    S_terms, U_terms : tuple of two ints, optional
+        ``(begin, end)`` term ranges of dS and dU; ``None`` means all terms.
+
+    Returns
+    -------
+    tuple
+        ``(dx, dS, dU, dbias)``: arrays of ``grad_out``'s framework, ``None`` where not needed.
+
+    Raises
+    ------
+    ValueError
+        As :func:`sketched_matmul`; an unknown name in ``needs``, ``"bias"`` without a bias,
+        dropout without its seed, a negative or out-of-range term range.
+    TypeError
+        As :func:`sketched_matmul`; ``needs`` a string or not a collection, a term range that
+        is not a pair of ints.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x, S, U = np.ones((2, 3)), np.ones((3, 2)), np.ones((2, 4))
+    >>> Z = np.empty((2, 2))
+    >>> y = sketched_matmul(x, S, U, intermediate=Z)
+    >>> dx, dS, dU, dbias = sketched_matmul_backward(np.ones((2, 4)), x, S, U, Z, needs=("x", "U"))
+    >>> dx
+    array([[8., 8., 8.],
+           [8., 8., 8.]])
+    >>> dS is None and dbias is None
+    True
+    >>> sketched_matmul_backward(np.ones((2, 4)), x, S, U, Z, needs=("bias",))
+    Traceback (most recent call last):
+    ValueError: sketched_matmul_backward: needs: 'bias' requested but bias is None
     """
     cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, False)
     if needs is None:
@@ -465,9 +536,37 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
 
 
 def set_num_threads(num_threads):
-    """Sets how many CPU threads sketchcore's own loops and its own BLAS may use (≥ 1). GEMMs
-    that run in NumPy's or torch's BLAS (see :func:`set_cpu_blas`) follow that framework's
-    thread setting."""
+    """Sets how many CPU threads sketchcore's own loops and its own BLAS may use.
+
+    GEMMs that run in NumPy's or torch's BLAS (see :func:`set_cpu_blas`) follow that
+    framework's thread setting.
+
+    Parameters
+    ----------
+    num_threads : int
+        At least 1, at most 2**31 - 1.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        ``num_threads`` is not an int (a bool is refused).
+    ValueError
+        ``num_threads`` is below 1 or above 2**31 - 1.
+
+    Examples
+    --------
+    >>> before = get_num_threads()
+    >>> set_num_threads(1); get_num_threads()
+    1
+    >>> set_num_threads(before)
+    >>> set_num_threads(0)
+    Traceback (most recent call last):
+    ValueError: set_num_threads: num_threads: expected an integer ≥ 1, got 0
+    """
     if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
         raise TypeError(f"set_num_threads: num_threads: expected an int, got {type(num_threads).__name__}")
     num_threads = num_threads.__index__()
@@ -479,12 +578,43 @@ def set_num_threads(num_threads):
 
 
 def get_num_threads():
-    """Returns the CPU thread count sketchcore uses."""
+    """Returns the CPU thread count sketchcore uses (see :func:`set_num_threads`).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> get_num_threads() >= 1
+    True
+    """
     return core.get_num_threads()
 
 
 def build_info():
-    """Describes how the native library was built: version, BLAS, CUDA."""
+    """Describes how the native library was built: version, BLAS, CUDA.
+
+    Returns
+    -------
+    dict
+        ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in)
+        and ``cuda_runtime_version`` (int, 0 without CUDA).
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> sorted(build_info())
+    ['blas', 'cuda', 'cuda_runtime_version', 'version']
+    """
     info = core.build_info()
     return {
         "version": info.version.decode(),
@@ -495,11 +625,39 @@ def build_info():
 
 
 def activation_names():
-    """The activation names the core accepts, in its order (``sketchcore.ACTIVATIONS``)."""
+    """The activation names the core accepts, in its order (``sketchcore.ACTIVATIONS``).
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> activation_names()
+    ('none', 'relu', 'gelu', 'gelu_tanh', 'silu')
+    """
     return tuple(core.activation_name(a).decode() for a in core.all_activations())
 
 
 def cuda_device_count():
-    """Number of CUDA devices sketchcore can use: 0 without the CUDA backend, a driver or a
-    device."""
+    """Number of CUDA devices sketchcore can use.
+
+    Returns
+    -------
+    int
+        0 without the CUDA backend, a driver or a device.
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> cuda_device_count() >= 0
+    True
+    """
     return core.cuda_device_count()

@@ -95,6 +95,57 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     matches that subclass a convertible type without being registered (attention's
     ``NonDynamicallyQuantizableLinear``, whose owner reads ``.weight`` directly) are reported as
     skipped, not silently ignored.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Converted in place.
+    num_terms : int, optional
+        T, the number of terms of each SKLinear/SKConv2d (needed for ``layer="sklinear"``).
+    low_rank : int, optional
+        k per term (SKLinear) or the rank (LowRankLinear).
+    tolerance : float, optional
+        Relative error in [0, 1) each layer may make.
+    param_ratio : float, optional
+        Positive ratio of new to dense learnable parameters.
+    layer : {"sklinear", "lowrank"}, optional
+    include, exclude : iterable of str, optional
+        fnmatch patterns over qualified module names.
+    init : str
+        ``"svd"`` or ``"panther"`` (SKLinear).
+    conv2d : bool
+        Also convert ``nn.Conv2d`` to :class:`SKConv2d`.
+    attention : int, optional
+        Random features of the Performer attention replacing ``nn.MultiheadAttention``.
+    calibration : iterable, optional
+        Model inputs for output-error-aware conversion and measurement.
+    tied : {"keep", "untie"}
+    **kwargs
+        Passed to the new layers (``activation``, ``dropout``).
+
+    Returns
+    -------
+    ConversionReport
+
+    Raises
+    ------
+    ValueError
+        Not exactly one of ``low_rank``, ``tolerance``, ``param_ratio`` (unless only
+        ``attention``); an unknown ``layer`` or ``tied``; ``num_terms`` not an integer ≥ 1 for
+        ``"sklinear"``; ``attention`` < 1; ``conv2d`` without ``"sklinear"``; ``tolerance``
+        outside [0, 1); ``param_ratio`` ≤ 0; a registered module whose weight or bias has the
+        wrong shape. The new layers' constructors raise on bad ``kwargs``.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    >>> report = sketch_model(model, low_rank=4)
+    >>> type(model[0]).__name__, report["0"].rank, report.params_before, report.params_after
+    ('LowRankLinear', 4, 808, 392)
+    >>> sketch_model(model)
+    Traceback (most recent call last):
+    ValueError: sketch_model: expected exactly one of low_rank, tolerance and param_ratio ...
     """
     sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
     attention_only = sizes == 0 and attention is not None and not conv2d
@@ -312,7 +363,42 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
     without metadata (Panther's, or a plain ``dict`` copy) still restores: an ``nn.Linear`` whose
     ``weight`` is missing and whose S1s/S2s/U1s/U2s (or S/U) are present becomes an SKLinear (or
     LowRankLinear) of those shapes, without activation or dropout. No dense weight or conversion is
-    needed. Returns ``model``."""
+    needed.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The original (dense) architecture; modified in place.
+    state_dict : Mapping[str, Any]
+        A compressed model's ``state_dict()``.
+    strict : bool
+        Passed to ``load_state_dict``.
+
+    Returns
+    -------
+    nn.Module
+        ``model``.
+
+    Raises
+    ------
+    RuntimeError
+        From ``load_state_dict``: missing or unexpected keys (with ``strict``), shape mismatches.
+    AttributeError
+        A recorded layer name that ``model`` does not have (``get_submodule``).
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    >>> _ = sketch_model(model, low_rank=4)
+    >>> fresh = restore_model(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)),
+    ...                       model.state_dict())
+    >>> type(fresh[0]).__name__
+    'LowRankLinear'
+    >>> x = torch.randn(3, 16)
+    >>> torch.equal(fresh(x), model(x))
+    True
+    """
     configs = {**inferred_linear_configs(model, state_dict), **saved_layer_configs(state_dict)}
     for name, saved in configs.items():
         config = dict(saved)

@@ -44,6 +44,42 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     directly follows S1s in memory (and S2s follows U1s), as in :class:`SKLinear`, these
     are views and nothing is copied. Gradients are computed only for the factors that
     require them. ``seed`` as in :func:`sketched_linear`.
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., in)
+    S1s, U2s : Tensor, shape (T, in, k)
+    S2s, U1s : Tensor, shape (T, k, out)
+    bias : Tensor, shape (out,), optional
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}
+    dropout_p : float
+        Inverted-dropout probability in [0, 1].
+    seed : Tensor, optional
+        0-d int64 dropout seed.
+
+    Returns
+    -------
+    Tensor, shape (..., out)
+
+    Raises
+    ------
+    ValueError
+        An unknown activation; a factor that is not 3-D or has another T than S1s; U2s not
+        shaped like S1s or U1s not like S2s; anything :func:`sketched_linear` refuses.
+    TypeError
+        As :func:`sketchcore.sketched_matmul` (dtypes, devices).
+
+    Examples
+    --------
+    >>> x = torch.ones(2, 3)
+    >>> S1s, U2s = torch.ones(2, 3, 2), torch.ones(2, 3, 2)
+    >>> S2s, U1s = torch.ones(2, 2, 4), torch.ones(2, 2, 4)
+    >>> sklinear(x, S1s, S2s, U1s, U2s)
+    tensor([[6., 6., 6., 6.],
+            [6., 6., 6., 6.]])
+    >>> sklinear(x, S1s, S2s, U1s, torch.ones(2, 3, 3))
+    Traceback (most recent call last):
+    ValueError: sklinear: expected U2s shaped like S1s (2, 3, 2) and U1s like S2s (2, 2, 4), got (2, 3, 3) and (2, 2, 4)
     """
     _checked_activation(activation, "sklinear")
     shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
@@ -71,6 +107,49 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
 
     ``seed`` is a 0-d int64 tensor (drawn with ``torch.randint`` when ``None``, so that it
     follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., d_in)
+    S : Tensor, shape (d_in, k) or (T, d_in, k)
+    U : Tensor, shape (k, d_out) or (T, k, d_out)
+    bias : Tensor, shape (d_out,), optional
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}
+    scale : float
+        Multiplies the product.
+    dropout_p : float
+        Inverted-dropout probability in [0, 1].
+    seed : Tensor, optional
+        0-d int64 dropout seed.
+
+    Returns
+    -------
+    Tensor, shape (..., d_out)
+        Differentiable with respect to x, S, U and bias.
+
+    Raises
+    ------
+    ValueError
+        An unknown activation; shapes, scale, dropout_p or seed as
+        :func:`sketchcore.sketched_matmul` refuses them.
+    TypeError
+        As :func:`sketchcore.sketched_matmul` (dtypes, devices).
+
+    Examples
+    --------
+    >>> x, U = torch.ones(2, 3), torch.ones(2, 4)
+    >>> S = torch.ones(3, 2, requires_grad=True)
+    >>> y = sketched_linear(x, S, U, scale=0.5)
+    >>> y.detach()
+    tensor([[3., 3., 3., 3.],
+            [3., 3., 3., 3.]])
+    >>> y.sum().backward(); S.grad
+    tensor([[4., 4.],
+            [4., 4.],
+            [4., 4.]])
+    >>> sketched_linear(x, S, U, activation="tanh")
+    Traceback (most recent call last):
+    ValueError: sketched_linear: activation: expected one of ('none', 'relu', 'gelu', 'gelu_tanh', 'silu'), got 'tanh'
     """
     _checked_activation(activation, "sketched_linear")
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)

@@ -52,6 +52,49 @@ class SKLinear(SketchedLayer):
     dropout; inputs may have any leading shape and any strides (Panther's ``.view`` fails
     on non-contiguous inputs). Panther's warning (``WARNING_MSG_FC``) is issued under Panther's
     condition 2·T·k·(in + out) > in·out.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        Sizes of the input and output (≥ 1).
+    num_terms : int
+        T (≥ 1).
+    low_rank : int
+        k per term (≥ 1).
+    W_init : Tensor, shape (out_features, in_features), optional
+        Dense weight to start from (not with ``init="linear"``).
+    bias : bool
+        Whether the layer has a learnable bias.
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+        Fused after the bias; None means ``"none"``.
+    dropout : float
+        Inverted-dropout probability in [0, 1], applied in training mode.
+    dtype, device : optional
+        Of the parameters and buffers.
+    init : {"panther", "svd", "linear"}
+
+    Raises
+    ------
+    ValueError
+        An unknown ``init`` or ``activation``; a size that is not an integer ≥ 1; ``dropout``
+        outside [0, 1]; ``W_init`` of the wrong shape; ``W_init`` with ``init="linear"``.
+
+    Warns
+    -----
+    UserWarning
+        ``WARNING_MSG_FC`` when 2·T·k·(in + out) > in·out.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> layer = SKLinear(64, 32, num_terms=1, low_rank=4)
+    >>> layer(torch.randn(5, 64)).shape
+    torch.Size([5, 32])
+    >>> layer.S1s.shape, layer.U1s.shape
+    (torch.Size([1, 64, 4]), torch.Size([1, 4, 32]))
+    >>> SKLinear(64, 32, num_terms=1, low_rank=0)
+    Traceback (most recent call last):
+    ValueError: SKLinear: low_rank: expected an integer ≥ 1, got 0
     """
 
     #: Panther's warning texts, so that code filtering Panther's warnings works unchanged. Only
@@ -126,7 +169,39 @@ class SKLinear(SketchedLayer):
         default for conversions) fixes U1s/U2s to singular subspaces of the weight, so the layer
         starts as its best rank-2·T·k approximation; ``init="panther"`` is Panther's unbiased
         random-sign initialisation, whose relative error ≈ √((d−1)/(2Tk)) is worse than zero
-        until the layer has as many parameters as the dense one."""
+        until the layer has as many parameters as the dense one.
+
+        Parameters
+        ----------
+        linear : nn.Linear
+            Its dtype and device are kept.
+        num_terms, low_rank : int
+            T and k (≥ 1).
+        init : {"svd", "panther", "linear"}
+            ``"linear"`` is refused (it takes no weight).
+        **kwargs
+            ``activation``, ``dropout`` of the new layer.
+
+        Returns
+        -------
+        SKLinear
+
+        Raises
+        ------
+        ValueError
+            As the constructor (sizes, ``init``, ``activation``, ``dropout``).
+
+        Examples
+        --------
+        >>> _ = torch.manual_seed(0)
+        >>> dense = nn.Linear(64, 32)
+        >>> layer = SKLinear.from_linear(dense, num_terms=1, low_rank=4)
+        >>> layer.init, layer.weight.shape
+        ('svd', torch.Size([32, 64]))
+        >>> SKLinear.from_linear(dense, 1, 4, init="bad")
+        Traceback (most recent call last):
+        ValueError: SKLinear: init: expected 'panther', 'svd' or 'linear', got 'bad'
+        """
         layer = cls(linear.in_features, linear.out_features, num_terms, low_rank, W_init=linear.weight.detach(),
                     bias=linear.bias is not None, dtype=linear.weight.dtype, device=linear.weight.device,
                     init=init, **kwargs)
@@ -193,7 +268,29 @@ class SKLinear(SketchedLayer):
         ``.weight``: a read-only :class:`~sketchcore.torch.DerivedWeight`. Metadata (shape, dtype,
         device) costs nothing; the value is computed from the factors on first use (2T products
         of in·k·out) and kept while you hold the tensor and the factors are unchanged; writes and
-        assignment raise. Torch's fused fast paths see it and call this layer instead."""
+        assignment raise. Torch's fused fast paths see it and call this layer instead.
+
+        Returns
+        -------
+        DerivedWeight, shape (out_features, in_features)
+
+        Raises
+        ------
+        RuntimeError
+            An in-place write to the returned tensor.
+        AttributeError
+            Assigning ``layer.weight``.
+
+        Examples
+        --------
+        >>> layer = SKLinear(64, 32, num_terms=1, low_rank=4)
+        >>> w = layer.weight
+        >>> type(w).__name__, w.shape
+        ('DerivedWeight', torch.Size([32, 64]))
+        >>> w.add_(1)
+        Traceback (most recent call last):
+        RuntimeError: SKLinear.weight: expected no write ...
+        """
         return self._derived_weight()
 
     def _dense_weight(self) -> Tensor:
@@ -208,13 +305,47 @@ class SKLinear(SketchedLayer):
         return (self.out_features, self.in_features)
 
     def to_linear(self) -> nn.Linear:
-        """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
+        """An ``nn.Linear`` computing the same affine map (the activation is not included).
+
+        Returns
+        -------
+        nn.Linear
+            Of the factors' dtype and device; an editable dense copy.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> layer = SKLinear(64, 32, num_terms=1, low_rank=4)
+        >>> dense = layer.to_linear()
+        >>> x = torch.randn(5, 64)
+        >>> torch.allclose(dense(x), layer(x), atol=1e-5)
+        True
+        """
         return dense_copy(self, self.S1s)
 
     def layer_config(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict's metadata (not as a key, so Panther's layer
         loads the state_dict) so that ``restore_model`` can rebuild the layer without the dense
-        model; loading a state_dict saved with another configuration raises."""
+        model; loading a state_dict saved with another configuration raises.
+
+        Returns
+        -------
+        dict
+            ``"sketchcore": "SKLinear"`` and the constructor's arguments.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> SKLinear(64, 32, num_terms=1, low_rank=4).layer_config()  # doctest: +NORMALIZE_WHITESPACE
+        {'sketchcore': 'SKLinear', 'in_features': 64, 'out_features': 32, 'num_terms': 1,
+         'low_rank': 4, 'bias': True, 'activation': 'none', 'dropout': 0.0, 'init': 'panther'}
+        """
         return {"sketchcore": "SKLinear", "in_features": self.in_features, "out_features": self.out_features,
                 "num_terms": self.num_terms, "low_rank": self.low_rank, "bias": self.bias is not None,
                 "activation": self.activation, "dropout": self.dropout, "init": self.init}

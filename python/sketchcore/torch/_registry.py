@@ -46,7 +46,48 @@ def register_linear(cls: Union[type[nn.Module], str], *, weight: str = "weight",
     or its qualified name ``"package.module.ClassName"`` (then the package is not imported).
     Registering a type again replaces its entry. The module's forward must compute exactly
     ``x @ W_(in,out) + b`` on the last dimension of its first argument (calibration and the
-    replacement both rely on it)."""
+    replacement both rely on it).
+
+    Parameters
+    ----------
+    cls : type or str
+        A subclass of ``nn.Module``, or its qualified name.
+    weight : str
+        Attribute holding W.
+    bias : str or None
+        Attribute holding b; None when the type has no bias.
+    orientation : {"out_in", "in_out"}
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is neither a subclass of ``nn.Module`` nor a string.
+    ValueError
+        A name without a dot; ``weight`` or ``bias`` not an identifier; an unknown
+        ``orientation``.
+
+    Examples
+    --------
+    >>> class Dense(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w = nn.Parameter(torch.randn(16, 32))  # stored (in, out)
+    ...     def forward(self, x):
+    ...         return x @ self.w
+    >>> register_linear(Dense, weight="w", bias=None, orientation="in_out")
+    >>> from sketchcore.torch import sketch_model
+    >>> model = nn.Sequential(Dense())
+    >>> report = sketch_model(model, low_rank=4)
+    >>> type(model[0]).__name__
+    'LowRankLinear'
+    >>> register_linear(Dense, orientation="row_major")
+    Traceback (most recent call last):
+    ValueError: register_linear: orientation: expected 'out_in' ... got 'row_major'
+    """
     if isinstance(cls, str):
         if "." not in cls:
             raise ValueError(f"register_linear: cls: expected a class or a qualified name 'package.module.Class', "

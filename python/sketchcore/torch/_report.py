@@ -12,7 +12,36 @@ from torch import nn
 
 @dataclass
 class LayerReport:
-    """One converted (or kept) layer: what it became and what it costs."""
+    """One converted (or kept) layer: what it became and what it costs.
+
+    Built by :func:`sketch_model`, one per matched layer; the fields are documented below.
+
+    Parameters
+    ----------
+    name : str
+        The layer's qualified name in the model.
+    kind : str
+    in_features, out_features, rank : int
+    params_before, params_after, flops_before, flops_after : int
+    weight_error : float
+    original : nn.Module, optional
+    reason : str
+    output_error : float, optional
+
+    Raises
+    ------
+    Nothing: a plain record (``dataclasses.dataclass``), no validation.
+
+    Examples
+    --------
+    >>> from sketchcore.torch import sketch_model
+    >>> model = nn.Sequential(nn.Linear(16, 32))
+    >>> row = sketch_model(model, low_rank=4)["0"]
+    >>> row.kind, row.in_features, row.out_features, row.params_before, row.params_after
+    ('LowRankLinear', 16, 32, 544, 224)
+    >>> row.output_error is None  # no calibration inputs
+    True
+    """
 
     name: str
     #: "SKLinear", "SKConv2d", "LowRankLinear", "RandMultiHeadAttention", or "kept dense"
@@ -47,7 +76,41 @@ class ConversionReport(Mapping[str, LayerReport]):
     With calibration inputs, ``calibrated`` is True, every layer's ``output_error`` is set and
     ``output_error`` is the whole model's relative output error on those inputs (its first
     output tensor, e.g. the logits; None when the model returns none). ``print(report)`` shows
-    the per-layer table and the totals, with the error column saying which error it is."""
+    the per-layer table and the totals, with the error column saying which error it is.
+
+    Attributes
+    ----------
+    replaced : dict of str to LayerReport
+    kept : list of LayerReport
+    skipped : list of (str, str)
+        (name, why) of matched modules of other types.
+    calibrated : bool
+    calibration_batches : int
+    output_error : float or None
+
+    Raises
+    ------
+    KeyError
+        ``report[name]`` for a name that was not replaced.
+
+    Examples
+    --------
+    >>> from sketchcore.torch import sketch_model
+    >>> model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    >>> report = sketch_model(model, low_rank=4)
+    >>> list(report), report.params_before, report.params_after, report.calibrated
+    (['0', '2'], 808, 392, False)
+    >>> print(report)  # doctest: +ELLIPSIS
+    layer...kind...shape rank...params...MFLOP/row weight err
+    ---...
+    0...LowRankLinear...16→32 4 544→224...
+    2...LowRankLinear...32→8 4 264→168...
+    total parameters of the converted layers: 808 → 392
+    errors: relative weight error ‖W_new − W‖/‖W‖ (no calibration inputs: ...)
+    >>> report["1"]
+    Traceback (most recent call last):
+    KeyError: '1'
+    """
 
     def __init__(self) -> None:
         self.replaced: dict[str, LayerReport] = {}
@@ -68,10 +131,26 @@ class ConversionReport(Mapping[str, LayerReport]):
 
     @property
     def params_before(self) -> int:
+        """Parameters of the replaced and kept layers before conversion.
+
+        Examples
+        --------
+        >>> from sketchcore.torch import sketch_model
+        >>> sketch_model(nn.Sequential(nn.Linear(16, 32)), low_rank=4).params_before
+        544
+        """
         return sum(r.params_before for r in [*self.replaced.values(), *self.kept])
 
     @property
     def params_after(self) -> int:
+        """Parameters of the replaced and kept layers after conversion.
+
+        Examples
+        --------
+        >>> from sketchcore.torch import sketch_model
+        >>> sketch_model(nn.Sequential(nn.Linear(16, 32)), low_rank=4).params_after
+        224
+        """
         return sum(r.params_after for r in [*self.replaced.values(), *self.kept])
 
     def _error_text(self, row: LayerReport) -> str:
