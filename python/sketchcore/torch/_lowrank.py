@@ -30,6 +30,36 @@ class LowRankLinear(SketchedLayer):
     From scratch, S and U are drawn so that the output variance matches ``nn.Linear``'s
     (S uniform in ±1/√in, U uniform in ±√(3/rank)); :meth:`from_linear` converts a trained
     layer with its truncated SVD instead. ``weight`` is the dense equivalent, (out, in).
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        Sizes of the input and output (≥ 1).
+    rank : int
+        Rank of S (in, rank) and U (rank, out) (≥ 1).
+    bias : bool
+        Whether the layer has a learnable bias.
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+        None means ``"none"``.
+    dtype, device : optional
+        Of the parameters.
+    dropout : float
+        Inverted-dropout probability in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        A size that is not an integer ≥ 1, an unknown ``activation``, ``dropout`` not a number
+        in [0, 1].
+
+    Examples
+    --------
+    >>> layer = LowRankLinear(64, 32, rank=4)
+    >>> layer(torch.randn(5, 64)).shape, layer.S.shape, layer.U.shape
+    (torch.Size([5, 32]), torch.Size([64, 4]), torch.Size([4, 32]))
+    >>> LowRankLinear(64, 32, rank=4, dropout=2)
+    Traceback (most recent call last):
+    ValueError: LowRankLinear: dropout: expected a probability in [0, 1], got 2
     """
 
     def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
@@ -60,7 +90,39 @@ class LowRankLinear(SketchedLayer):
         """The best rank-``rank`` approximation of ``linear`` (truncated SVD, balanced factors);
         with ``tolerance`` instead, the smallest rank whose relative weight error
         ‖W − W_r‖_F / ‖W‖_F is at most ``tolerance``. Bias, dtype and device are kept;
-        ``activation`` and ``dropout`` configure the new layer."""
+        ``activation`` and ``dropout`` configure the new layer.
+
+        Parameters
+        ----------
+        linear : nn.Linear
+        rank : int, optional
+            At most min(in, out).
+        tolerance : float, optional
+            Relative weight error in [0, 1).
+        activation : str, optional
+        dropout : float
+
+        Returns
+        -------
+        LowRankLinear
+
+        Raises
+        ------
+        ValueError
+            Not exactly one of ``rank`` and ``tolerance``; ``tolerance`` outside [0, 1); ``rank``
+            not an integer ≥ 1 or above min(in, out); as the constructor.
+
+        Examples
+        --------
+        >>> dense = nn.Linear(64, 32)
+        >>> full = LowRankLinear.from_linear(dense, rank=32)
+        >>> x = torch.randn(5, 64)
+        >>> torch.allclose(full(x), dense(x), atol=1e-5)
+        True
+        >>> LowRankLinear.from_linear(dense, rank=40)
+        Traceback (most recent call last):
+        ValueError: LowRankLinear.from_linear: rank: expected at most min(in, out) = 32, got 40
+        """
         M = linear.weight.detach().t()
         if (rank is None) == (tolerance is None):
             raise ValueError("LowRankLinear.from_linear: expected exactly one of rank and tolerance, got "
@@ -89,7 +151,28 @@ class LowRankLinear(SketchedLayer):
     def weight(self) -> Tensor:
         """The dense equivalent (out, in), as ``nn.Linear.weight``: a read-only
         :class:`~sketchcore.torch.DerivedWeight` (metadata free, the value computed from S and U
-        on first use; writes and assignment raise)."""
+        on first use; writes and assignment raise).
+
+        Returns
+        -------
+        DerivedWeight, shape (out_features, in_features)
+
+        Raises
+        ------
+        RuntimeError
+            An in-place write to the returned tensor.
+        AttributeError
+            Assigning ``layer.weight``.
+
+        Examples
+        --------
+        >>> layer = LowRankLinear(64, 32, rank=4)
+        >>> torch.allclose(layer.weight, (layer.S @ layer.U).t())
+        True
+        >>> layer.weight = nn.Parameter(torch.zeros(32, 64))
+        Traceback (most recent call last):
+        AttributeError: LowRankLinear.weight: expected no assignment ...
+        """
         return self._derived_weight()
 
     def _dense_weight(self) -> Tensor:
@@ -102,7 +185,24 @@ class LowRankLinear(SketchedLayer):
         return (self.out_features, self.in_features)
 
     def to_linear(self) -> nn.Linear:
-        """An ``nn.Linear`` computing the same affine map (the activation is not included)."""
+        """An ``nn.Linear`` computing the same affine map (the activation is not included).
+
+        Returns
+        -------
+        nn.Linear
+            Of S's dtype and device; an editable dense copy.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> layer = LowRankLinear(64, 32, rank=4)
+        >>> x = torch.randn(5, 64)
+        >>> torch.allclose(layer.to_linear()(x), layer(x), atol=1e-5)
+        True
+        """
         return dense_copy(self, self.S)
 
     @torch.jit.unused
@@ -132,7 +232,23 @@ class LowRankLinear(SketchedLayer):
     def layer_config(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict's metadata so that ``restore_model`` can
         rebuild the layer without the dense model; loading a state_dict saved with another
-        configuration raises."""
+        configuration raises.
+
+        Returns
+        -------
+        dict
+            ``"sketchcore": "LowRankLinear"`` and the constructor's arguments.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> LowRankLinear(64, 32, rank=4).layer_config()  # doctest: +NORMALIZE_WHITESPACE
+        {'sketchcore': 'LowRankLinear', 'in_features': 64, 'out_features': 32, 'rank': 4,
+         'bias': True, 'activation': 'none', 'dropout': 0.0}
+        """
         return {"sketchcore": "LowRankLinear", "in_features": self.in_features, "out_features": self.out_features,
                 "rank": self.rank, "bias": self.bias is not None, "activation": self.activation,
                 "dropout": self.dropout}
