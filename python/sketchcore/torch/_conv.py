@@ -60,7 +60,38 @@ def sketched_conv2d(x: Tensor, S1s: Tensor, U1s: Tensor, bias: Optional[Tensor] 
                     padding: IntPair = 0, dilation: IntPair = 1) -> Tensor:
     """Differentiable ``conv2d(x, S1s)`` followed by the 1×1 combination of its 2T groups of k
     channels with ``U1s`` (2T, k, out), divided by 2T, plus ``bias``: Panther's sketched
-    convolution. ``x`` is (N, C, H, W) or (C, H, W); ``S1s`` is (2T·k, C, kh, kw)."""
+    convolution. ``x`` is (N, C, H, W) or (C, H, W); ``S1s`` is (2T·k, C, kh, kw).
+
+    Parameters
+    ----------
+    x : Tensor, shape (N, C, H, W) or (C, H, W)
+    S1s : Tensor, shape (2T·k, C, kh, kw)
+    U1s : Tensor, shape (2T, k, out)
+    bias : Tensor, shape (out,), optional
+    stride, padding, dilation : int or pair of int
+        As ``torch.nn.functional.conv2d`` (stride, dilation ≥ 1; padding ≥ 0).
+
+    Returns
+    -------
+    Tensor, shape (N, out, H', W') or (out, H', W')
+        In ``x``'s memory format (channels-last in, channels-last out).
+
+    Raises
+    ------
+    ValueError
+        ``x`` not 3-D or 4-D; S1s/U1s shapes that do not match; a channel count other than
+        ``S1s.shape[1]``; a bad stride, padding or dilation; an input smaller than the
+        (dilated) kernel.
+
+    Examples
+    --------
+    >>> S1s, U1s = torch.ones(4, 3, 3, 3), torch.ones(2, 2, 8)
+    >>> sketched_conv2d(torch.ones(2, 3, 8, 8), S1s, U1s, padding=1).shape
+    torch.Size([2, 8, 8, 8])
+    >>> sketched_conv2d(torch.ones(2, 4, 8, 8), S1s, U1s)
+    Traceback (most recent call last):
+    ValueError: sketched_conv2d: x: expected 3 input channels (S1s.shape[1]), got 4 (shape (2, 4, 8, 8))
+    """
     if x.dim() not in (3, 4):
         raise ValueError(f"sketched_conv2d: x: expected a (N, C, H, W) or (C, H, W) tensor, got shape {tuple(x.shape)}")
     if S1s.dim() != 4 or U1s.dim() != 3 or S1s.shape[0] != U1s.shape[0] * U1s.shape[1]:
@@ -110,6 +141,39 @@ class SKConv2d(SketchedLayer):
     ``padding`` is ``"same"``, ``"valid"``, an integer or a pair; ``dilation`` is supported;
     ``groups`` other than 1 and padding modes other than zeros are refused. Runs as two
     framework convolutions (see the module docstring).
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+        ≥ 1.
+    kernel_size, stride, dilation : int or pair of int
+        ≥ 1.
+    padding : {"same", "valid"} or int or pair of int
+    bias : bool
+    num_terms, low_rank : int
+        T and k (≥ 1).
+    layer : nn.Conv2d, optional
+        Dense convolution of the same geometry to start from.
+    dtype, device : optional
+    init : {"panther", "svd"}
+
+    Raises
+    ------
+    ValueError
+        An unknown ``init``; a size, stride or dilation that is not an integer ≥ 1 (or a pair);
+        a bad ``padding``; a ``layer`` of other geometry, with ``groups`` ≠ 1, a padding mode
+        other than zeros or uneven ``"same"`` padding.
+    TypeError
+        ``layer`` is not an ``nn.Conv2d``.
+
+    Examples
+    --------
+    >>> layer = SKConv2d(3, 8, kernel_size=3, padding="same", num_terms=1, low_rank=2)
+    >>> layer(torch.randn(2, 3, 8, 8)).shape, layer.S1s.shape, layer.U1s.shape
+    (torch.Size([2, 8, 8, 8]), torch.Size([4, 3, 3, 3]), torch.Size([2, 2, 8]))
+    >>> SKConv2d(3, 8, padding="full")
+    Traceback (most recent call last):
+    ValueError: SKConv2d: padding: expected 'same', 'valid', an integer or a pair, got 'full'
     """
 
     S1s: nn.Parameter
@@ -164,7 +228,37 @@ class SKConv2d(SketchedLayer):
     def fromTorch(layer: nn.Conv2d, num_terms: int, low_rank: int, *, init: str = "svd") -> "SKConv2d":
         """An SKConv2d with ``layer``'s geometry, kernel and bias (Panther's name). ``init="svd"``
         (the default) starts at the kernel's best rank-2·T·k approximation; ``"panther"`` is
-        Panther's random-sign initialisation."""
+        Panther's random-sign initialisation.
+
+        Parameters
+        ----------
+        layer : nn.Conv2d
+            ``groups=1``, zero padding; its dtype and device are kept.
+        num_terms, low_rank : int
+            T and k (≥ 1).
+        init : {"svd", "panther"}
+
+        Returns
+        -------
+        SKConv2d
+
+        Raises
+        ------
+        TypeError
+            ``layer`` is not an ``nn.Conv2d``.
+        ValueError
+            ``groups`` ≠ 1, a padding mode other than zeros, uneven ``"same"`` padding; as the
+            constructor.
+
+        Examples
+        --------
+        >>> conv = nn.Conv2d(3, 8, 3, padding=1)
+        >>> SKConv2d.fromTorch(conv, num_terms=1, low_rank=2).padding
+        (1, 1)
+        >>> SKConv2d.fromTorch(nn.Conv2d(4, 8, 3, groups=2), 1, 2)
+        Traceback (most recent call last):
+        ValueError: SKConv2d: layer: groups: expected 1 (grouped and depthwise convolutions are not sketched), got 2
+        """
         _check_convertible(layer)
         return SKConv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
                         layer.padding, layer.bias is not None, num_terms, low_rank, layer, layer.weight.dtype,
@@ -180,7 +274,28 @@ class SKConv2d(SketchedLayer):
     def weight(self) -> Tensor:
         """The dense kernel (out, in, kh, kw) this layer computes, as ``nn.Conv2d.weight``: a
         read-only :class:`~sketchcore.torch.DerivedWeight` (metadata free, the value computed from
-        S1s and U1s on first use; writes and assignment raise)."""
+        S1s and U1s on first use; writes and assignment raise).
+
+        Returns
+        -------
+        DerivedWeight, shape (out_channels, in_channels, kh, kw)
+
+        Raises
+        ------
+        RuntimeError
+            An in-place write to the returned tensor.
+        AttributeError
+            Assigning ``layer.weight``.
+
+        Examples
+        --------
+        >>> layer = SKConv2d(3, 8, kernel_size=3, num_terms=1, low_rank=2)
+        >>> layer.weight.shape
+        torch.Size([8, 3, 3, 3])
+        >>> layer.weight.zero_()
+        Traceback (most recent call last):
+        RuntimeError: SKConv2d.weight: expected no write ...
+        """
         return self._derived_weight()
 
     def _dense_weight(self) -> Tensor:
@@ -196,7 +311,24 @@ class SKConv2d(SketchedLayer):
         return (self.out_channels, self.in_channels, *self.kernel_size)
 
     def to_conv2d(self) -> nn.Conv2d:
-        """An ``nn.Conv2d`` computing the same map."""
+        """An ``nn.Conv2d`` computing the same map.
+
+        Returns
+        -------
+        nn.Conv2d
+            Of S1s's dtype and device; an editable dense copy.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> layer = SKConv2d(3, 8, kernel_size=3, num_terms=1, low_rank=2)
+        >>> x = torch.randn(2, 3, 8, 8)
+        >>> torch.allclose(layer.to_conv2d()(x), layer(x), atol=1e-5)
+        True
+        """
         conv = nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride, self.padding,
                          self.dilation, bias=self.bias is not None, dtype=self.S1s.dtype, device=self.S1s.device)
         with torch.no_grad():
@@ -207,7 +339,22 @@ class SKConv2d(SketchedLayer):
 
     def layer_config(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict's metadata (for ``restore_model``); loading
-        a state_dict saved with another configuration raises."""
+        a state_dict saved with another configuration raises.
+
+        Returns
+        -------
+        dict
+            ``"sketchcore": "SKConv2d"`` and the constructor's arguments.
+
+        Raises
+        ------
+        Nothing.
+
+        Examples
+        --------
+        >>> SKConv2d(3, 8, num_terms=1, low_rank=2).layer_config()["kernel_size"]
+        (3, 3)
+        """
         return {"sketchcore": "SKConv2d", "in_channels": self.in_channels, "out_channels": self.out_channels,
                 "kernel_size": self.kernel_size, "stride": self.stride, "padding": self.padding,
                 "dilation": self.dilation, "num_terms": self.num_terms, "low_rank": self.low_rank,
