@@ -71,7 +71,41 @@ def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 class DerivedWeight(Tensor):
     """The dense equivalent of a sketched layer, computed from its factors on first use; a
-    read-only view of the layer, not a parameter (see the module docstring)."""
+    read-only view of the layer, not a parameter (see the module docstring).
+
+    Not built by user code: ``layer.weight`` of :class:`SKLinear`, :class:`LowRankLinear` and
+    :class:`SKConv2d` returns one.
+
+    Parameters
+    ----------
+    owner : str
+        The layer's class name, used in messages.
+    shape : tuple of int
+        The dense weight's shape.
+    compute : callable
+        Returns the dense weight from the factors.
+    sources : tuple of Tensor
+        The factors (their dtype, device and ``requires_grad`` are the tensor's).
+
+    Raises
+    ------
+    RuntimeError
+        Any write: an in-place op, ``out=``, ``nn.init``, item assignment, ``.data = ...``, or
+        ``requires_grad_`` changing the flag.
+
+    Examples
+    --------
+    >>> from sketchcore.torch import LowRankLinear
+    >>> layer = LowRankLinear(64, 32, rank=4)
+    >>> w = layer.weight  # metadata: nothing computed
+    >>> type(w).__name__, w.shape, w.dtype, w.requires_grad
+    ('DerivedWeight', torch.Size([32, 64]), torch.float32, True)
+    >>> torch.allclose(w @ torch.ones(64), layer.to_linear().weight @ torch.ones(64))
+    True
+    >>> torch.nn.init.zeros_(w)
+    Traceback (most recent call last):
+    RuntimeError: LowRankLinear.weight: expected no write (...), got zero_(); ...
+    """
 
     _owner: str
     _compute: Callable[[], Tensor]
@@ -99,7 +133,23 @@ class DerivedWeight(Tensor):
 
     def materialize(self) -> Tensor:
         """The dense weight as a plain tensor: differentiable to the factors when grad is
-        enabled (computed afresh), else the value kept since the factors last changed."""
+        enabled (computed afresh), else the value kept since the factors last changed.
+
+        Returns
+        -------
+        Tensor
+
+        Raises
+        ------
+        Nothing of its own (the layer's computation's errors pass through).
+
+        Examples
+        --------
+        >>> from sketchcore.torch import LowRankLinear
+        >>> layer = LowRankLinear(64, 32, rank=4)
+        >>> type(layer.weight.materialize()).__name__
+        'Tensor'
+        """
         if torch.is_grad_enabled() and self._differentiable:
             return self._compute()
         key = self._key()

@@ -38,7 +38,23 @@ def _comparable(value: Any) -> Any:
 
 class SketchedLayer(nn.Module):
     """Base of sketchcore's torch layers: configuration in the state_dict's metadata, checked on
-    load; a derived, read-only ``weight`` for layers that define :meth:`_dense_weight`."""
+    load; a derived, read-only ``weight`` for layers that define :meth:`_dense_weight`.
+
+    Raises
+    ------
+    RuntimeError
+        ``load_state_dict`` of a state_dict saved by a layer of another configuration.
+    AttributeError
+        Assigning ``layer.weight``.
+
+    Examples
+    --------
+    >>> from sketchcore.torch import LowRankLinear
+    >>> saved = LowRankLinear(64, 32, rank=4).state_dict()
+    >>> LowRankLinear(64, 32, rank=8).load_state_dict(saved)
+    Traceback (most recent call last):
+    RuntimeError: Error(s) in loading state_dict for LowRankLinear: ... got rank=4 (this layer: 8); ...
+    """
 
     #: Configuration entries that are labels of how the layer was made, not what it computes.
     _CONFIG_LABELS: tuple[str, ...] = ("init",)
