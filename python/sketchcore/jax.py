@@ -147,5 +147,47 @@ def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax
     ``activation``, ``scale``, ``dropout_p`` and ``seed`` are static (Python values, part of
     the traced computation); ``seed`` is the dropout seed in [0, 2**64), deterministic: pass
     a new one per step for fresh masks. Shapes and dtypes are checked when the call is traced.
+
+    Parameters
+    ----------
+    x : jax.Array, shape (..., d_in)
+    S : jax.Array, shape (d_in, k) or (T, d_in, k)
+    U : jax.Array, shape (k, d_out) or (T, k, d_out)
+        2-D exactly when ``S`` is.
+    bias : jax.Array, shape (d_out,), optional
+    activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}
+    scale : float
+    dropout_p : float
+        Inverted-dropout probability in [0, 1].
+    seed : int
+        Dropout seed in [0, 2**64).
+
+    Returns
+    -------
+    jax.Array, shape (..., d_out)
+        Of ``x``'s dtype (float16, bfloat16, float32 or float64).
+
+    Raises
+    ------
+    TypeError
+        A dtype that is not floating, or differs from ``x``'s.
+    ValueError
+        Shapes that do not chain, a bias of the wrong shape, an unknown activation,
+        ``dropout_p`` outside [0, 1], a bad seed, an array on a device other than the CPU or
+        (with the CUDA backend) a CUDA GPU.
+
+    Examples
+    --------
+    >>> x, S, U = jnp.ones((2, 3)), jnp.ones((3, 2)), jnp.ones((2, 4))
+    >>> sketched_matmul(x, S, U, scale=0.5)
+    Array([[3., 3., 3., 3.],
+           [3., 3., 3., 3.]], dtype=float32)
+    >>> jax.grad(lambda S: sketched_matmul(x, S, U).sum())(S)
+    Array([[8., 8.],
+           [8., 8.],
+           [8., 8.]], dtype=float32)
+    >>> sketched_matmul(x, jnp.ones((4, 2)), U)
+    Traceback (most recent call last):
+    ValueError: sketched_matmul: shapes do not chain: x (2, 3), S (4, 2), U (2, 4)...
     """
     return _sketched_matmul(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
