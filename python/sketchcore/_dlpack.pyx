@@ -385,7 +385,8 @@ cdef class DLPackBuffer:
 
     Any DLPack consumer can take it without a copy: ``numpy.from_dlpack(buf)``,
     ``torch.from_dlpack(buf)``. The memory lives until the buffer and every exported tensor
-    are released. It starts zeroed.
+    are released. It starts zeroed. Its ``shape`` (tuple of int), ``dtype`` (str) and
+    ``data_ptr`` (int, the address of the first element) are read-only.
 
     Parameters
     ----------
@@ -393,13 +394,6 @@ cdef class DLPackBuffer:
         Non-negative extents.
     dtype : {"float32", "float64"}
         Element type (default ``"float32"``).
-
-    Attributes
-    ----------
-    shape : tuple of int
-    dtype : str
-    data_ptr : int
-        Address of the first element.
 
     Raises
     ------

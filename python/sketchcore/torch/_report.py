@@ -85,7 +85,6 @@ class ConversionReport(Mapping[str, LayerReport]):
     skipped : list of (str, str)
         (name, why) of matched modules of other types.
     calibrated : bool
-    calibration_batches : int
     output_error : float or None
 
     Raises
