@@ -1,0 +1,143 @@
+"""``SpectralSearch``: the tuner's default search. It spends model evaluations only where they
+are needed.
+
+What is known without evaluating the model: every candidate starts from the SVD of its trained
+layer, so its weight error is the tail of the layer's singular spectrum, and its size is exact.
+What is not known: how much weight error each layer's part of the model tolerates. So:
+
+1. **One global tolerance, bisected.** A tolerance τ picks, in every layer, the smallest candidate
+   whose weight error is ≤ τ (or the dense layer). The assignment only changes at the candidates'
+   error values, so a bisection over those breakpoints finds the largest τ whose model meets the
+   accuracy threshold in log₂(#breakpoints) evaluations (≈ 8 for three layers of a few hundred
+   ranks).
+2. **Per-layer refinement, largest layer first.** Layers differ in sensitivity; each one, with the
+   others fixed, is bisected down to its smallest candidate that keeps the threshold
+   (log₂(#candidates) evaluations each).
+3. **Layers without a spectrum** (Performer attention) are bisected over their candidates by cost.
+
+Accuracy is assumed to fall as layers shrink (it need not be exactly monotone: every evaluated
+model is checked, and only models that met the threshold are returned).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sketchcore.tuner._candidates import Candidate
+
+#: an assignment: for each unit, the index of its option, or None for the dense layer(s)
+Assignment = tuple[Optional[int], ...]
+
+
+@dataclass
+class Option:
+    """A setting of a unit (one layer, or a group sharing one setting): total size, worst weight
+    error (None without a spectrum), the per-layer candidates."""
+
+    params: dict
+    size: int
+    error: Optional[float]
+    members: list[Candidate] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    names: list[str]
+    dense_size: int
+    options: list[Option]  # smallest first
+
+    def size(self, index: Optional[int]) -> int:
+        return self.dense_size if index is None else self.options[index].size
+
+
+class BudgetExhausted(Exception):
+    """The evaluation budget is spent; the search returns what it has."""
+
+
+class SpectralSearch:
+    """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
+    of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
+    turns step 2 off."""
+
+    def __init__(self, max_evaluations: int = 60, refine: bool = True) -> None:
+        if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
+            raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
+        if not isinstance(refine, bool):
+            raise TypeError(f"SpectralSearch: refine: expected a bool, got {type(refine).__name__}")
+        self.max_evaluations = max_evaluations
+        self.refine = refine
+
+    def run(self, units: list[Unit], feasible: Callable[[Assignment], bool]) -> Assignment:
+        """The assignment found; ``feasible`` evaluates the model (raising BudgetExhausted when
+        the budget is spent) and says whether it met the threshold."""
+        spectral = [i for i, u in enumerate(units) if u.options and all(o.error is not None for o in u.options)]
+        current: list[Optional[int]] = [None] * len(units)
+        try:
+            current = self._global_tolerance(units, spectral, feasible, current)
+            if self.refine:
+                for i in sorted(spectral, key=lambda i: -units[i].size(current[i])):
+                    current[i] = self._shrink(units, i, current, feasible)
+            for i, unit in enumerate(units):
+                if i not in spectral and unit.options:
+                    current[i] = self._cheapest(units, i, current, feasible)
+        except BudgetExhausted:
+            pass
+        return tuple(current)
+
+    @staticmethod
+    def _at(units: list[Unit], spectral: list[int], tau: float, base: list[Optional[int]]) -> list[Optional[int]]:
+        out = list(base)
+        for i in spectral:
+            fits = [j for j, o in enumerate(units[i].options) if o.error is not None and o.error <= tau]
+            out[i] = min(fits, key=lambda j: units[i].options[j].size) if fits else None
+        return out
+
+    def _global_tolerance(self, units: list[Unit], spectral: list[int], feasible: Callable[[Assignment], bool],
+                          base: list[Optional[int]]) -> list[Optional[int]]:
+        breakpoints = sorted({o.error for i in spectral for o in units[i].options if o.error is not None})
+        lo, hi = -1, len(breakpoints)  # lo: known feasible (−1: all dense), hi: known infeasible
+        best = list(base)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = self._at(units, spectral, breakpoints[mid], base)
+            if feasible(tuple(trial)):
+                lo, best = mid, trial
+            else:
+                hi = mid
+        return best
+
+    @staticmethod
+    def _shrink(units: list[Unit], i: int, current: list[Optional[int]],
+                feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """The smallest option of unit i that keeps the model feasible, the others fixed."""
+        unit = units[i]
+        top = len(unit.options) if current[i] is None else current[i]  # index `len` stands for dense
+        lo, hi = -1, top  # hi: feasible (the current state); lo: assumed infeasible
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = list(current)
+            trial[i] = mid
+            if feasible(tuple(trial)):
+                hi = mid
+            else:
+                lo = mid
+        return None if hi == len(unit.options) else hi
+
+    @staticmethod
+    def _cheapest(units: list[Unit], i: int, current: list[Optional[int]],
+                  feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """Options without a spectrum: the cheapest feasible one, or dense if none is."""
+        unit = units[i]
+        trial = list(current)
+        trial[i] = len(unit.options) - 1
+        if not feasible(tuple(trial)):
+            return None
+        lo, hi = -1, len(unit.options) - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial[i] = mid
+            if feasible(tuple(trial)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
