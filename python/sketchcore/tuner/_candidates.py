@@ -48,12 +48,20 @@ def _supported(layer: nn.Module, name: str) -> dict[str, Any]:
 
 
 class _Spectrum:
-    """Relative error of the best rank-r approximation of a weight, for every r, from one SVD."""
+    """Relative error of the rank-r SVD truncation of M (fan-in × fan-out), for every r, from one
+    SVD. With ``gram`` = XᵀX of the layer's inputs (captured while the dense model is evaluated)
+    the error is the output's, ‖X(M − M_r)‖_F / ‖X M‖_F = √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i)
+    (a_i the input-side singular vectors): comparable across layers, unlike the weight error."""
 
-    def __init__(self, matrix: torch.Tensor) -> None:
-        s = torch.linalg.svdvals(matrix.detach().to(torch.float64).cpu())
-        energy = (s * s).flip(0).cumsum(0).flip(0)  # energy[r] = Σ_{i ≥ r} s_i²
-        self.total = float(energy[0]) if len(s) else 0.0
+    def __init__(self, matrix: torch.Tensor, gram: Optional[torch.Tensor] = None) -> None:
+        M = matrix.detach().to(torch.float64).cpu()
+        if gram is None:
+            weights = torch.linalg.svdvals(M) ** 2
+        else:
+            A, s, _ = torch.linalg.svd(M, full_matrices=False)
+            weights = s * s * torch.einsum("ij,ik,kj->j", A, gram.to(torch.float64).cpu(), A).clamp_min(0.0)
+        energy = weights.flip(0).cumsum(0).flip(0)  # energy[r] = Σ_{i ≥ r} w_i
+        self.total = float(energy[0]) if len(weights) else 0.0
         self.tail = [float(e) for e in energy] + [0.0]
 
     def error(self, rank: int) -> float:
@@ -75,9 +83,11 @@ def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -
     return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
 
 
-def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool) -> list[Candidate]:
+def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
+               gram: Optional[torch.Tensor] = None) -> list[Candidate]:
     """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first; for the
-    size-reducing types only those that store fewer numbers than the dense layer."""
+    size-reducing types only those that store fewer numbers than the dense layer. ``gram``: the
+    Gram matrix of the layer's inputs (patches for a Conv2d), for output-error curves."""
     entry = _supported(layer, name)
     dense = stored(layer)
     if isinstance(layer, nn.MultiheadAttention):
@@ -100,7 +110,7 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool) -> 
             settings = [{"num_terms": 1, "low_rank": k} for k in range(1, min(M.shape) // 2 + 1)]
         else:
             settings = _grid(params, entry["params"], name, "Conv2d")
-    spectrum = _Spectrum(M) if copy_weights else None
+    spectrum = _Spectrum(M, gram) if copy_weights else None
     found = []
     for setting in settings:
         rank, size = _rank_and_size(setting, M.shape, bias, name)

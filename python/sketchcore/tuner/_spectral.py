@@ -57,15 +57,20 @@ class BudgetExhausted(Exception):
 class SpectralSearch:
     """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
     of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
-    turns step 2 off."""
+    turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
+    the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
+    False: of the weight error."""
 
-    def __init__(self, max_evaluations: int = 60, refine: bool = True) -> None:
+    def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
         if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
             raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
         if not isinstance(refine, bool):
             raise TypeError(f"SpectralSearch: refine: expected a bool, got {type(refine).__name__}")
+        if not isinstance(data_aware, bool):
+            raise TypeError(f"SpectralSearch: data_aware: expected a bool, got {type(data_aware).__name__}")
         self.max_evaluations = max_evaluations
         self.refine = refine
+        self.data_aware = data_aware
 
     def run(self, units: list[Unit], feasible: Callable[[Assignment], bool]) -> Assignment:
         """The assignment found; ``feasible`` evaluates the model (raising BudgetExhausted when

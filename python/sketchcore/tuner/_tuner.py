@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from torch import nn
 
 from sketchcore.tuner._candidates import stored
+from sketchcore.tuner._gram import capture
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
 from sketchcore.tuner._params import Categorical
 from sketchcore.tuner._results import ResultsMixin, _set
@@ -105,11 +106,11 @@ class SKAutoTuner(ResultsMixin):
     def setConfigs(self, configs: TuningConfigs) -> None:  # noqa: N802 - Panther's name
         self.configs = self._resolve(configs)
 
-    def _units(self) -> tuple[list[Unit], list[bool]]:
+    def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[bool]]:
         units, copies = [], []
         for config in self.configs:
             for unit in build_units(self.layer_map, config.layer_names, config.params, config.separate,
-                                    config.copy_weights):
+                                    config.copy_weights, grams):
                 units.append(unit)
                 copies.append(config.copy_weights)
         return units, copies
@@ -136,37 +137,53 @@ class SKAutoTuner(ResultsMixin):
         return self._dense_size - sum(u.dense_size for u in units) + sum(
             u.size(i) for u, i in zip(units, assignment))
 
+    def _call(self) -> float:
+        """The mean of ``num_runs_per_param`` calls of the accuracy function on the model as it is."""
+        scores = [float(self.accuracy_eval_func(self.model)) for _ in range(self.num_runs_per_param)]
+        self.evaluations += self.num_runs_per_param
+        return sum(scores) / len(scores)
+
     def _accuracy(self, units: list[Unit], assignment: Assignment, stage: str) -> float:
         """Installs the assignment, evaluates, restores the dense layers."""
         self._install(units, assignment)
         try:
-            scores = [float(self.accuracy_eval_func(self.model)) for _ in range(self.num_runs_per_param)]
+            accuracy = self._call()
         finally:
             self._install(units, tuple(None for _ in units))
-        self.evaluations += self.num_runs_per_param
-        accuracy = sum(scores) / len(scores)
-        row = {"evaluation": len(self.history), "stage": stage, "accuracy": accuracy,
-               "parameters": self._size(units, assignment),
-               "layers": {name: (None if i is None else dict(u.options[i].params))
-                          for u, i in zip(units, assignment) for name in u.names}}
+        self._log(stage, accuracy, self._size(units, assignment),
+                  {name: (None if i is None else dict(u.options[i].params))
+                   for u, i in zip(units, assignment) for name in u.names})
+        return accuracy
+
+    def _log(self, stage: str, accuracy: float, size: int, layers: dict[str, Any]) -> None:
+        row = {"evaluation": len(self.history), "stage": stage, "accuracy": accuracy, "parameters": size,
+               "layers": layers}
         row["meets_threshold"] = self.accuracy_threshold is None or accuracy >= self.accuracy_threshold
         self.history.append(row)
         if self.verbose:
             print(f"[SKAutoTuner] {stage} #{row['evaluation']}: accuracy {accuracy:.5g}, "
                   f"{row['parameters']} numbers stored, {row['layers']}")
-        return accuracy
 
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
         """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
         dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format)."""
-        units, copies = self._units()
         self._built: dict[int, dict[int, list[nn.Module]]] = {}
         self._evaluation_of: dict[Assignment, int] = {}
         self._dense_size = stored(self.model)
+        self.history, self.results, self.evaluations = [], {}, 0
         if isinstance(self.search_algorithm, SpectralSearch):
+            if self.num_runs_per_param > self.search_algorithm.max_evaluations:
+                raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
+                                 f"= {self.search_algorithm.max_evaluations}, got {self.num_runs_per_param}")
+            selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}
+            with capture(selected if self.search_algorithm.data_aware else {}) as grams:
+                self.dense_accuracy = self._call()  # the dense model, once: the Gram matrices come with it
+            self._log("dense", self.dense_accuracy, self._dense_size, {name: None for name in selected})
+            units, copies = self._units(grams)
             best = self._spectral(units)
         else:
+            units, copies = self._units()
             best = self._black_box(units)
         self._install(units, best)
         if self.verbose:
@@ -197,11 +214,8 @@ class SKAutoTuner(ResultsMixin):
                 self._record(units, assignment, accuracy, cache[assignment])
             return cache[assignment]
 
-        if self.num_runs_per_param > search.max_evaluations:
-            raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations = "
-                             f"{search.max_evaluations}, got {self.num_runs_per_param}")
         threshold_given = self.accuracy_threshold is not None
-        self.dense_accuracy = self._accuracy(units, dense, "dense")
+        assert self.dense_accuracy is not None
         if not threshold_given:
             self.accuracy_threshold = self.dense_accuracy
         cache[dense] = self.dense_accuracy >= self.accuracy_threshold  # type: ignore[operator]
@@ -243,9 +257,13 @@ class SKAutoTuner(ResultsMixin):
             scored.append((speed, -self._size(units, assignment), assignment))
         return max(scored, key=lambda t: (t[0], t[1]))[2]
 
-    def _record(self, units: list[Unit], assignment: Assignment, accuracy: float, ok: bool) -> None:
+    def _record(self, units: list[Unit], assignment: Assignment, accuracy: float, ok: bool,
+                only: Optional[int] = None) -> None:
+        """One results row per layer (only unit ``only``'s layers when given: Panther's per-layer loop)."""
         size = self._size(units, assignment)
-        for unit, index in zip(units, assignment):
+        for u, (unit, index) in enumerate(zip(units, assignment)):
+            if only is not None and u != only:
+                continue
             params = None if index is None else dict(unit.options[index].params)
             for name in unit.names:
                 self.results.setdefault(name, []).append(
@@ -275,7 +293,7 @@ class SKAutoTuner(ResultsMixin):
                 accuracy = self._accuracy(units, tuple(trial), "black-box")
                 ok = self.accuracy_threshold is None or accuracy >= self.accuracy_threshold
                 score = self._black_box_score(units, tuple(trial), accuracy, ok)
-                self._record(units, tuple(trial), accuracy, ok)
+                self._record(units, tuple(trial), accuracy, ok, only=u)
                 self.search_algorithm.update(params, score)
                 if score > best_score:
                     best_score, best[u] = score, index

@@ -2,8 +2,9 @@
 group sharing a setting (``separate=False``), each with its options smallest first."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+import torch
 from torch import nn
 
 from sketchcore.tuner._candidates import candidates, stored
@@ -15,8 +16,9 @@ def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def build_units(layers: dict[str, nn.Module], names: list[str], params: Any, separate: bool,
-                copy_weights: bool) -> list[Unit]:
-    per_layer = {name: candidates(layers[name], name, params, copy_weights) for name in names}
+                copy_weights: bool, grams: Optional[dict[str, torch.Tensor]] = None) -> list[Unit]:
+    grams = grams or {}
+    per_layer = {name: candidates(layers[name], name, params, copy_weights, grams.get(name)) for name in names}
     for name, found in per_layer.items():
         if not found:
             raise ValueError(f"SKAutoTuner: layer {name!r}: no setting of params={params!r} stores fewer numbers "
