@@ -16,10 +16,10 @@ def _strings(value: Any, key: str) -> list[str]:
     return list(items)
 
 
-def _match(names: list[str], pattern: str) -> list[str]:
-    """An exact layer name selects that layer; anything else is a regular expression searched in
-    each name (Panther's rule)."""
-    if pattern in names:
+def _match(names: list[str], pattern: str, exact: bool = True) -> list[str]:
+    """An exact layer name selects that layer (unless ``exact`` is False: a dict's "pattern");
+    anything else is a regular expression searched in each name (Panther's rule)."""
+    if exact and pattern in names:
         return [pattern]
     try:
         regex = re.compile(pattern)
@@ -69,7 +69,7 @@ def resolve(layers: Mapping[str, nn.Module], selector: Any) -> list[str]:
             raise ValueError(f"LayerConfig: layer_names: expected selector keys among {list(_KEYS)}, got {unknown}")
         found = names
         if "pattern" in selector:
-            hits = {hit for p in _strings(selector["pattern"], "pattern") for hit in _match(names, p)}
+            hits = {hit for p in _strings(selector["pattern"], "pattern") for hit in _match(names, p, exact=False)}
             found = [name for name in found if name in hits]
         if "contains" in selector:
             parts = _strings(selector["contains"], "contains")
