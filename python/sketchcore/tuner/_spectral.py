@@ -61,6 +61,12 @@ class SpectralSearch:
     the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
     False: of the weight error."""
 
+    #: The global bisection stops once its feasible and infeasible models differ by at most this
+    #: fraction of the feasible one's size (the refinement places the rest).
+    GLOBAL_GAP = 0.05
+    #: Probes below a layer's bisected boundary, stopped after this many failures in a row.
+    PROBES = 2
+
     def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
         if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
             raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
@@ -82,6 +88,7 @@ class SpectralSearch:
             if self.refine:
                 for i in sorted(spectral, key=lambda i: -units[i].size(current[i])):
                     current[i] = self._shrink(units, i, current, feasible)
+                current = self._trade(units, spectral, current, feasible)
             for i, unit in enumerate(units):
                 if i not in spectral and unit.options:
                     current[i] = self._cheapest(units, i, current, feasible)
@@ -102,19 +109,25 @@ class SpectralSearch:
         breakpoints = sorted({o.error for i in spectral for o in units[i].options if o.error is not None})
         lo, hi = -1, len(breakpoints)  # lo: known feasible (−1: all dense), hi: known infeasible
         best = list(base)
+        infeasible_size = 0
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = self._at(units, spectral, breakpoints[mid], base)
             if feasible(tuple(trial)):
                 lo, best = mid, trial
             else:
-                hi = mid
+                hi, infeasible_size = mid, sum(u.size(i) for u, i in zip(units, trial))
+            best_size = sum(u.size(i) for u, i in zip(units, best))
+            if best_size - infeasible_size <= self.GLOBAL_GAP * best_size:
+                break  # close enough: the per-layer refinement places the rest
         return best
 
-    @staticmethod
-    def _shrink(units: list[Unit], i: int, current: list[Optional[int]],
+    def _shrink(self, units: list[Unit], i: int, current: list[Optional[int]],
                 feasible: Callable[[Assignment], bool]) -> Optional[int]:
-        """The smallest option of unit i that keeps the model feasible, the others fixed."""
+        """The smallest option of unit i that keeps the model feasible, the others fixed: a
+        bisection, then probes below its boundary (accuracy measured on a finite test set is not
+        exactly monotone in the size: a smaller option may pass where the next larger one failed)
+        until ``PROBES`` in a row fail."""
         unit = units[i]
         top = len(unit.options) if current[i] is None else current[i]  # index `len` stands for dense
         lo, hi = -1, top  # hi: feasible (the current state); lo: assumed infeasible
@@ -126,7 +139,44 @@ class SpectralSearch:
                 hi = mid
             else:
                 lo = mid
+        misses, probe = 0, hi - 2
+        while misses < self.PROBES and probe >= 0:
+            trial = list(current)
+            trial[i] = probe
+            if feasible(tuple(trial)):
+                hi, misses = probe, 0
+            else:
+                misses += 1
+            probe -= 1
         return None if hi == len(unit.options) else hi
+
+    def _trade(self, units: list[Unit], spectral: list[int], current: list[Optional[int]],
+               feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
+        """Step 4: the refinement fixes layers one at a time, so it can stop where one layer sits
+        just below a knee of its curve while a larger layer pays for it. For each other layer j,
+        one option larger, the largest layer is probed downwards; the trade is kept when the
+        model gets smaller."""
+        if len(spectral) < 2:
+            return current
+        big = max(spectral, key=lambda i: units[i].size(current[i]))
+        for j in spectral:
+            if j == big or current[j] is None or current[j] + 1 >= len(units[j].options) or current[big] is None:
+                continue
+            trial = list(current)
+            trial[j] += 1  # type: ignore[operator]
+            misses, probe, found = 0, current[big] - 1, None
+            while misses < self.PROBES and probe >= 0:
+                trial[big] = probe
+                if feasible(tuple(trial)):
+                    found, misses = probe, 0
+                else:
+                    misses += 1
+                probe -= 1
+            if found is not None:
+                trial[big] = found
+                if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
+                    current = trial
+        return current
 
     @staticmethod
     def _cheapest(units: list[Unit], i: int, current: list[Optional[int]],
