@@ -51,3 +51,25 @@ model_error: Optional[float] = aware.output_error
 kept: list[LayerReport] = aware.kept
 untied: ConversionReport = sketch_model(nn.Sequential(nn.Linear(16, 16)), param_ratio=0.5, tied="untie")
 print(layer_error, model_error, kept, untied)
+
+from sketchcore import linalg  # noqa: E402
+from sketchcore.tuner import Categorical, Int, LayerConfig, SKAutoTuner, SpectralSearch, TuningConfigs  # noqa: E402
+
+matrix = torch.ones(40, 6, dtype=torch.float64)
+q_t, r_t, j_t = linalg.cqrrpt(matrix, 1.25)
+u_t, s_t, v_t = linalg.randomized_svd(matrix, 2, 1e-6)
+factors: tuple[torch.Tensor, torch.Tensor] = (q_t, v_t)
+
+
+def score(m: nn.Module) -> float:
+    return 1.0
+
+
+mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+tuner = SKAutoTuner(mlp, TuningConfigs([LayerConfig({"type": "Linear"}, "auto"),
+                                        LayerConfig(["0"], {"rank": Categorical([2, 4]), "low_rank": Int(1, 4)})]),
+                    score, SpectralSearch(max_evaluations=10), accuracy_threshold=0.5)
+chosen: dict[str, dict[str, object]] = tuner.get_best_params()
+tuned_model: nn.Module = tuner.apply_best_params() if chosen else tuner.replace_without_tuning(0.2)
+count: int = tuner.evaluations
+print(factors, r_t, j_t, u_t, s_t, tuned_model, count)

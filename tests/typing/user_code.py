@@ -57,6 +57,12 @@ U_, s_, Vt_ = linalg.rsvd(x, 2, sketch="srht", seed=3)
 u_typed: npt.NDArray[np.float32] = U_
 Q_: npt.NDArray[np.float32] = linalg.rangefinder(x, 2)
 print(u_typed.shape, s_.shape, Vt_.shape, Q_.shape)
+x64 = np.ones((40, 6))
+Qc, Rc, Jc = linalg.cqrrpt(x64, 1.25, seed=1)
+qc_typed: npt.NDArray[np.float64] = Qc
+Ur, Sr, Vr = linalg.randomized_svd(x64, 3, 1e-6, sketch="sparse_sign")
+vr_typed: npt.NDArray[np.float64] = Vr
+print(qc_typed.shape, Rc.shape, Jc.shape, Ur.shape, Sr.shape, vr_typed.shape)
 
 sketchcore.set_cpu_blas("own")
 mode: str = sketchcore.get_cpu_blas()

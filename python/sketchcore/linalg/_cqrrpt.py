@@ -1,0 +1,142 @@
+"""``cqrrpt``: randomized Cholesky QR with column pivoting (Melnichenko, Balabanov, Murray,
+Demmel, Mahoney, Luszczek, "CholeskyQR with Randomization and Pivoting for Tall Matrices", 2023).
+
+For M (m × n): sketch it to M_sk = S M (d × n, d = ⌈γ n⌉, a sparse-sign operator of sketchcore's
+by default, applied without being formed), pivot-QR the small sketch (M_sk[:, J] = Q_sk R_sk; LAPACK
+GEQP3 through SciPy when installed), keep the k columns whose |R_sk[i, i]| exceed ``tol``·|R_sk[0, 0]|
+(the numerical rank), precondition M_pre = M[:, J[:k]] R_sk[:k, :k]⁻¹ (well conditioned, because S
+embeds the column space), and finish with one Cholesky QR of M_pre: Q = M_pre L⁻ᵀ, R = Lᵀ R_sk[:k].
+Then M[:, J] ≈ Q R with Q (m × k) orthonormal and R (k × n) upper triangular (upper trapezoidal
+when k < n). The only pass over M besides the sketch is the Gram matrix and the triangular solve,
+O(m k²); the pivoting costs O(d n²) on the sketch. When the Cholesky factor is ill conditioned
+(possible near the rank threshold, or in float32) a second Cholesky QR pass restores
+orthogonality to working precision.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, TypeVar
+
+from sketchcore.linalg._backend import Ops, SketchKind, check_float, check_int, shape2d, sketch_operator
+
+__all__ = ["cqrrpt"]
+
+ArrayT = TypeVar("ArrayT")
+
+_WHERE = "cqrrpt"
+#: A second Cholesky QR pass runs when the first one's factor has a diagonal spread above this
+#: (orthogonality loss ≈ unit roundoff × κ², κ ≥ the spread).
+_REFINE_SPREAD = {8: 1e2, 4: 1.0}
+
+
+def _pivoted_qr_r(A: Any) -> tuple[Any, Any]:
+    """R (min(d, n) × n) and the 0-based pivots J of the column-pivoted QR A[:, J] = Q R of a
+    small float64 NumPy array: LAPACK GEQP3 through SciPy, else Householder with pivoting."""
+    try:
+        from scipy.linalg import qr
+    except ImportError:
+        return _householder_pivoted_r(A)
+    R, J = qr(A, mode="r", pivoting=True, check_finite=False)
+    return R[: min(A.shape)], J
+
+
+def _householder_pivoted_r(A: Any) -> tuple[Any, Any]:
+    """Businger–Golub Householder QR with column pivoting, in NumPy (the SciPy-less path)."""
+    import numpy as np
+    A = np.array(A, dtype=np.float64)
+    d, n = A.shape
+    J = np.arange(n)
+    for j in range(min(d, n)):
+        norms = np.einsum("ij,ij->j", A[j:, j:], A[j:, j:])
+        p = j + int(np.argmax(norms))
+        A[:, [j, p]], J[[j, p]] = A[:, [p, j]], J[[p, j]]
+        x = A[j:, j]
+        alpha = -math.copysign(float(np.linalg.norm(x)), float(x[0]))
+        v = x.copy()
+        v[0] -= alpha
+        vnorm = float(np.linalg.norm(v))
+        if vnorm > 0.0:
+            v /= vnorm
+            A[j:, j:] -= 2.0 * np.outer(v, v @ A[j:, j:])
+    return np.triu(A[: min(d, n)]), J
+
+
+def _numerical_rank(R: Any, tol: float) -> int:
+    diagonal = abs(R.diagonal())
+    if diagonal.size == 0 or diagonal[0] == 0.0:
+        return 0
+    return int((diagonal > tol * diagonal[0]).sum())
+
+
+def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: SketchKind = "sparse_sign",
+           seed: int | None = None) -> tuple[ArrayT, ArrayT, ArrayT]:
+    """Randomized Cholesky QR with column pivoting: ``Q, R, J`` with ``M[:, J] ≈ Q @ R``.
+
+    ``M`` is an (m × n) NumPy array, torch tensor or CuPy array (float32 or float64); Q (m × k)
+    has orthonormal columns, R (k × n) is upper triangular (trapezoidal when k < n), J is a
+    permutation of range(n) (int64, same framework and device), with k the numerical rank that
+    the pivoted QR of the sketch reveals: the number of |R_sk[i, i]| above ``tol``·|R_sk[0, 0]|
+    (default: 10·max(d, n)·eps of M's dtype). The leading pivots are the most independent
+    columns, and |R[i, i]| decays like the singular values. ``gamma`` ≥ 1 sets the sketch size
+    d = min(⌈γ n⌉, m) (Panther's default 1.25); for d = m no sketch is needed and M itself is
+    pivoted. ``sketch`` and ``seed`` choose the sketch operator (same seed, same result).
+
+    Raises ``ValueError`` naming the argument for a non-2-D M, gamma < 1, a negative tol, an
+    unknown sketch kind or non-finite entries; ``TypeError`` for an unsupported array type or an
+    integer dtype.
+    """
+    ops = Ops(M, _WHERE, "M")
+    ops.require_dense()
+    m, n = shape2d(M, _WHERE, "M")
+    gamma = check_float(gamma, "gamma", 1.0, _WHERE)
+    itemsize = _itemsize(M, ops)
+    eps = 2.0 ** -52 if itemsize == 8 else 2.0 ** -23
+    if seed is not None:
+        check_int(seed, "seed", 0, _WHERE)
+    d = min(max(1, math.ceil(gamma * n)), m)
+    tol = 10.0 * max(d, n) * eps if tol is None else check_float(tol, "tol", 0.0, _WHERE)
+    if m == 0 or n == 0:
+        raise ValueError(f"{_WHERE}: M: expected a non-empty matrix, got shape {(m, n)}")
+    M_sk = M if d == m else sketch_operator(sketch, d, m, seed, _WHERE) @ M
+    host = ops.to_host(M_sk)
+    import numpy as np
+    if not np.isfinite(host).all():
+        raise ValueError(f"{_WHERE}: M: expected finite entries, got NaN or infinity")
+    R_sk, J_host = _pivoted_qr_r(host)
+    J = ops.from_host(J_host, M, integer=True)
+    k = _numerical_rank(R_sk, tol)
+    if k == 0:  # the zero matrix: an empty factorization is exact
+        return ops.xp.zeros((m, 0), dtype=M.dtype, **_device(M, ops)), ops.from_host(np.zeros((0, n)), M), J  # type: ignore[attr-defined]
+    R_sk = ops.from_host(R_sk[:k], M)
+    M_pre = ops.solve_upper_right(M[:, J[:k]], R_sk[:, :k])  # type: ignore[index]
+    Q, R = M_pre, R_sk
+    for _ in range(2):  # one Cholesky QR pass, and a second one if the first lost orthogonality
+        L = ops.cholesky(ops.T(Q) @ Q)
+        while L is None:  # the rank threshold kept a column the sketch could not resolve: drop it
+            k -= 1
+            if k == 0:
+                raise ValueError(f"{_WHERE}: M: Cholesky QR failed at every rank; tol={tol!r} is too small "
+                                 "for this matrix's conditioning (expected a larger tol)")
+            Q, R = Q[:, :k], R[:k]
+            L = ops.cholesky(ops.T(Q) @ Q)
+        Lt = ops.T(L)
+        Q, R = ops.solve_upper_right(Q, Lt), Lt @ R
+        diagonal = abs(ops.to_host(L).diagonal())
+        if diagonal.max() <= _REFINE_SPREAD[itemsize] * diagonal.min():
+            break
+    return Q, R, J  # type: ignore[return-value]
+
+
+def _itemsize(M: Any, ops: Ops) -> int:
+    if ops.kind == "torch":
+        if not M.dtype.is_floating_point or M.dtype.itemsize not in (4, 8):
+            raise TypeError(f"{_WHERE}: M: expected float32 or float64, got {M.dtype}")
+        return int(M.dtype.itemsize)
+    kind, size = M.dtype.kind, M.dtype.itemsize
+    if kind != "f" or size not in (4, 8):
+        raise TypeError(f"{_WHERE}: M: expected float32 or float64, got {M.dtype}")
+    return int(size)
+
+
+def _device(M: Any, ops: Ops) -> dict[str, Any]:
+    return {"device": M.device} if ops.kind == "torch" else {}

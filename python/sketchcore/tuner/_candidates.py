@@ -1,0 +1,200 @@
+"""What each layer can become: Panther's layer-type mapping (Linear → SKLinear or LowRankLinear,
+Conv2d → SKConv2d, MultiheadAttention → RandMultiHeadAttention), the candidates of a search space
+with their stored size and, for the low-rank ones, their relative weight error read off the
+layer's singular spectrum — the error-vs-size curve, known without evaluating the model."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+from torch import nn
+
+from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
+from sketchcore.tuner._params import choices
+
+#: Panther's LAYER_TYPE_MAPPING: the sketched class and its parameters, per dense type.
+LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
+    nn.Linear: {"class": SKLinear, "params": ["num_terms", "low_rank"], "auto": LowRankLinear, "auto_params": ["rank"]},
+    nn.Conv2d: {"class": SKConv2d, "params": ["num_terms", "low_rank"]},
+    nn.MultiheadAttention: {"class": RandMultiHeadAttention, "params": ["num_random_features", "kernel_fn"]},
+}
+
+
+@dataclass
+class Candidate:
+    """One setting of one layer: its parameters, the numbers it stores (parameters + buffers),
+    its relative weight error ‖W − W_r‖_F/‖W‖_F at the SVD initialisation (None where no spectrum
+    applies), and how to build it."""
+
+    params: dict[str, Any]
+    size: int
+    error: Optional[float]
+    build: Callable[[], nn.Module]
+
+
+def stored(module: nn.Module) -> int:
+    """Numbers a module stores: parameters and buffers (an SKLinear's fixed sketches count)."""
+    return sum(t.numel() for t in itertools.chain(module.parameters(), module.buffers()))
+
+
+def _supported(layer: nn.Module, name: str) -> dict[str, Any]:
+    for kind, entry in LAYER_TYPE_MAPPING.items():
+        if type(layer) is kind:
+            return entry
+    raise TypeError(f"SKAutoTuner: layer {name!r}: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
+                    f"got {type(layer).__name__}")
+
+
+class _Spectrum:
+    """Relative error of the rank-r SVD truncation of M (fan-in × fan-out), for every r, from one
+    SVD. With ``gram`` = XᵀX of the layer's inputs (captured while the dense model is evaluated)
+    the error is the output's, ‖X(M − M_r)‖_F / ‖X M‖_F = √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i)
+    (a_i the input-side singular vectors): comparable across layers, unlike the weight error."""
+
+    def __init__(self, matrix: torch.Tensor, gram: Optional[torch.Tensor] = None) -> None:
+        M = matrix.detach().to(torch.float64).cpu()
+        if gram is None:
+            weights = torch.linalg.svdvals(M) ** 2
+        else:
+            A, s, _ = torch.linalg.svd(M, full_matrices=False)
+            weights = s * s * torch.einsum("ij,ik,kj->j", A, gram.to(torch.float64).cpu(), A).clamp_min(0.0)
+        energy = weights.flip(0).cumsum(0).flip(0)  # energy[r] = Σ_{i ≥ r} w_i
+        self.total = float(energy[0]) if len(weights) else 0.0
+        self.tail = [float(e) for e in energy] + [0.0]
+
+    def error(self, rank: int) -> float:
+        rank = min(rank, len(self.tail) - 1)
+        return (self.tail[rank] / self.total) ** 0.5 if self.total > 0 else 0.0
+
+
+def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -> list[dict[str, Any]]:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"SKAutoTuner: layer {name!r} ({kind}): params: expected keys among {allowed}, got {unknown}")
+    lists = {}
+    for key, spec in params.items():
+        values = choices(spec, key)
+        if values is None:
+            raise ValueError(f"SKAutoTuner: params: {key}: a continuous Float has no finite set of layer sizes; "
+                             "expected a list, Categorical, Int or a Float with step")
+        lists[key] = values
+    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+
+
+def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
+               gram: Optional[torch.Tensor] = None) -> list[Candidate]:
+    """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first; for the
+    size-reducing types only those that store fewer numbers than the dense layer. ``gram``: the
+    Gram matrix of the layer's inputs (patches for a Conv2d), for output-error curves."""
+    entry = _supported(layer, name)
+    dense = stored(layer)
+    if isinstance(layer, nn.MultiheadAttention):
+        return _attention(layer, name, params, copy_weights)
+    if isinstance(layer, nn.Linear):
+        M = layer.weight.detach().t()
+        bias = layer.bias is not None
+        if params == "auto":
+            settings = [{"rank": r} for r in range(1, min(M.shape) + 1)]
+        else:
+            settings = _grid(params, entry["params"] + ["rank"], name, "Linear")
+    else:
+        assert isinstance(layer, nn.Conv2d)
+        if layer.groups != 1 or layer.padding_mode != "zeros":
+            raise ValueError(f"SKAutoTuner: layer {name!r}: expected a Conv2d with groups=1 and zero padding, got "
+                             f"groups={layer.groups}, padding_mode={layer.padding_mode!r}")
+        M = layer.weight.detach().reshape(layer.out_channels, -1).t()
+        bias = layer.bias is not None
+        if params == "auto":
+            settings = [{"num_terms": 1, "low_rank": k} for k in range(1, min(M.shape) // 2 + 1)]
+        else:
+            settings = _grid(params, entry["params"], name, "Conv2d")
+    spectrum = _Spectrum(M, gram) if copy_weights else None
+    found = []
+    for setting in settings:
+        rank, size = _rank_and_size(setting, M.shape, bias, name)
+        if size >= dense:
+            continue
+        error = spectrum.error(rank) if spectrum is not None else None
+        found.append(Candidate(setting, size, error, _builder(layer, setting, copy_weights)))
+    return sorted(found, key=lambda c: (c.size, c.error if c.error is not None else 0.0))
+
+
+def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:
+    value = setting[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"SKAutoTuner: layer {name!r}: params: {key}: expected an integer ≥ 1, got {value!r}")
+    return value
+
+
+def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: bool, name: str) -> tuple[int, int]:
+    """The rank a setting reaches and the numbers it stores (M is fan-in × fan-out)."""
+    n_in, n_out = shape
+    if "rank" in setting:
+        if set(setting) != {"rank"}:
+            raise ValueError(f"SKAutoTuner: layer {name!r}: params: expected 'rank' alone (LowRankLinear) or "
+                             f"'num_terms' and 'low_rank' (SKLinear), got {sorted(setting)}")
+        rank = _positive(setting, "rank", name)
+        if rank > min(shape):
+            raise ValueError(f"SKAutoTuner: layer {name!r}: params: rank: expected at most min(in, out) = "
+                             f"{min(shape)}, got {rank}")
+        return rank, rank * (n_in + n_out) + n_out * bias
+    for key in ("num_terms", "low_rank"):
+        if key not in setting:
+            raise ValueError(f"SKAutoTuner: layer {name!r}: params: expected both 'num_terms' and 'low_rank', got "
+                             f"{sorted(setting)}")
+    rank = 2 * _positive(setting, "num_terms", name) * _positive(setting, "low_rank", name)
+    return rank, rank * (n_in + n_out) + n_out * bias  # learnable factors + fixed sketches, same total
+
+
+def _builder(layer: nn.Module, setting: Mapping[str, Any], copy_weights: bool) -> Callable[[], nn.Module]:
+    setting = dict(setting)
+
+    def build() -> nn.Module:
+        if isinstance(layer, nn.Linear):
+            if "rank" in setting:
+                if copy_weights:
+                    return LowRankLinear.from_linear(layer, setting["rank"])
+                return LowRankLinear(layer.in_features, layer.out_features, setting["rank"], layer.bias is not None,
+                                     dtype=layer.weight.dtype, device=layer.weight.device)
+            if copy_weights:
+                return SKLinear.from_linear(layer, setting["num_terms"], setting["low_rank"], init="svd")
+            return SKLinear(layer.in_features, layer.out_features, setting["num_terms"], setting["low_rank"],
+                            bias=layer.bias is not None, dtype=layer.weight.dtype, device=layer.weight.device,
+                            init="linear")
+        assert isinstance(layer, nn.Conv2d)
+        if copy_weights:
+            return SKConv2d.fromTorch(layer, setting["num_terms"], setting["low_rank"], init="svd")
+        return SKConv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride, layer.padding,
+                        layer.bias is not None, setting["num_terms"], setting["low_rank"], dtype=layer.weight.dtype,
+                        device=layer.weight.device, dilation=layer.dilation)
+    return build
+
+
+def _attention(layer: nn.MultiheadAttention, name: str, params: Any, copy_weights: bool) -> list[Candidate]:
+    """Performer attention keeps the projections (no size saving): candidates are ordered by
+    the number of random features, i.e. by cost."""
+    head_dim = layer.embed_dim // layer.num_heads
+    if params == "auto":
+        counts = sorted({max(1, head_dim // 2), head_dim, 2 * head_dim, 4 * head_dim, 8 * head_dim})
+        settings = [{"num_random_features": m, "kernel_fn": "softmax"} for m in counts]
+    else:
+        settings = _grid(params, LAYER_TYPE_MAPPING[nn.MultiheadAttention]["params"], name, "MultiheadAttention")
+        for setting in settings:
+            setting.setdefault("kernel_fn", "softmax")
+            _positive(setting, "num_random_features", name)
+    found = []
+    for setting in settings:
+        def build(setting: dict[str, Any] = setting) -> nn.Module:
+            performer = make_performer(layer, setting["num_random_features"], setting["kernel_fn"])
+            if not copy_weights:
+                fresh = RandMultiHeadAttention(layer.embed_dim, layer.num_heads, setting["num_random_features"],
+                                               layer.dropout, layer.in_proj_bias is not None, setting["kernel_fn"],
+                                               dtype=layer.in_proj_weight.dtype, device=layer.in_proj_weight.device)
+                fresh.batch_first = layer.batch_first
+                return fresh
+            return performer
+        size = stored(layer) + setting["num_random_features"] * head_dim
+        found.append(Candidate(setting, size, None, build))
+    return sorted(found, key=lambda c: c.params["num_random_features"])

@@ -1,0 +1,105 @@
+"""Parameter specifications (Panther's ``Categorical``, ``Int``, ``Float``) and their expansion into
+the finite choices the searches walk through."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+#: Int ranges up to this many values are expanded into choices (the spectral search walks them
+#: all without evaluating the model; black-box searches sample them).
+MAX_EXPANDED = 4096
+
+
+def _number(value: object, name: str, where: str, integer: bool) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        expected = "an int" if integer else "a real number"
+        raise TypeError(f"{where}: {name}: expected {expected}, got {type(value).__name__} {value!r}")
+    if not integer and not math.isfinite(value):  # type: ignore[arg-type]
+        raise ValueError(f"{where}: {name}: expected a finite number, got {value!r}")
+
+
+@dataclass
+class Categorical:
+    """A parameter taking one of a fixed, non-empty set of ``choices`` (``Categorical([8, 16, 32])``)."""
+
+    choices: Sequence[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.choices, (str, bytes)) or not isinstance(self.choices, Sequence):
+            raise TypeError(f"Categorical: choices: expected a sequence, got {type(self.choices).__name__}")
+        if len(self.choices) == 0:
+            raise ValueError("Categorical: choices: expected at least one choice, got an empty sequence")
+        self.choices = list(self.choices)
+
+    def __repr__(self) -> str:
+        return f"Categorical({list(self.choices)})"
+
+
+@dataclass
+class Int:
+    """An integer in [low, high] (inclusive) on a grid of ``step``; ``log`` asks samplers for
+    log-uniform draws (needs low > 0)."""
+
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("low", "high", "step"):
+            _number(getattr(self, name), name, "Int", integer=True)
+        if self.low > self.high:
+            raise ValueError(f"Int: high: expected ≥ low = {self.low}, got {self.high}")
+        if self.step < 1:
+            raise ValueError(f"Int: step: expected an integer ≥ 1, got {self.step}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"Int: low: expected > 0 with log=True, got {self.low}")
+
+
+@dataclass
+class Float:
+    """A real number in [low, high]; ``step`` makes it a grid, ``log`` asks for log-uniform draws."""
+
+    low: float
+    high: float
+    step: Optional[float] = None
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        _number(self.low, "low", "Float", integer=False)
+        _number(self.high, "high", "Float", integer=False)
+        if self.low > self.high:
+            raise ValueError(f"Float: high: expected ≥ low = {self.low}, got {self.high}")
+        if self.step is not None:
+            _number(self.step, "step", "Float", integer=False)
+            if self.step <= 0:
+                raise ValueError(f"Float: step: expected > 0, got {self.step}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"Float: low: expected > 0 with log=True, got {self.low}")
+
+
+ParamSpec = Union[Categorical, Int, Float, Sequence[Any]]
+
+
+def choices(spec: object, name: str) -> Optional[list[Any]]:
+    """The finite list of values of ``spec`` (a list, Categorical, Int, or a stepped Float), or
+    None for a continuous Float. ``name`` is the parameter, for error messages."""
+    if isinstance(spec, Categorical):
+        return list(spec.choices)
+    if isinstance(spec, Int):
+        count = (spec.high - spec.low) // spec.step + 1
+        if count > MAX_EXPANDED:
+            raise ValueError(f"params: {name}: expected an Int range of at most {MAX_EXPANDED} values, got {count}")
+        return list(range(spec.low, spec.high + 1, spec.step))
+    if isinstance(spec, Float):
+        if spec.step is None:
+            return None
+        count = int(math.floor((spec.high - spec.low) / spec.step + 1e-9)) + 1
+        return [spec.low + i * spec.step for i in range(count)]
+    if isinstance(spec, (list, tuple)):
+        if len(spec) == 0:
+            raise ValueError(f"params: {name}: expected at least one value, got an empty list")
+        return list(spec)
+    raise TypeError(f"params: {name}: expected a list, Categorical, Int or Float, got {type(spec).__name__}")

@@ -1,0 +1,198 @@
+"""``SpectralSearch``: the tuner's default search. It spends model evaluations only where they
+are needed.
+
+What is known without evaluating the model: every candidate starts from the SVD of its trained
+layer, so its weight error is the tail of the layer's singular spectrum, and its size is exact.
+What is not known: how much weight error each layer's part of the model tolerates. So:
+
+1. **One global tolerance, bisected.** A tolerance τ picks, in every layer, the smallest candidate
+   whose weight error is ≤ τ (or the dense layer). The assignment only changes at the candidates'
+   error values, so a bisection over those breakpoints finds the largest τ whose model meets the
+   accuracy threshold in log₂(#breakpoints) evaluations (≈ 8 for three layers of a few hundred
+   ranks).
+2. **Per-layer refinement, largest layer first.** Layers differ in sensitivity; each one, with the
+   others fixed, is bisected down to its smallest candidate that keeps the threshold
+   (log₂(#candidates) evaluations each).
+3. **Layers without a spectrum** (Performer attention) are bisected over their candidates by cost.
+
+Accuracy is assumed to fall as layers shrink (it need not be exactly monotone: every evaluated
+model is checked, and only models that met the threshold are returned).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sketchcore.tuner._candidates import Candidate
+
+#: an assignment: for each unit, the index of its option, or None for the dense layer(s)
+Assignment = tuple[Optional[int], ...]
+
+
+@dataclass
+class Option:
+    """A setting of a unit (one layer, or a group sharing one setting): total size, worst weight
+    error (None without a spectrum), the per-layer candidates."""
+
+    params: dict
+    size: int
+    error: Optional[float]
+    members: list[Candidate] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    names: list[str]
+    dense_size: int
+    options: list[Option]  # smallest first
+
+    def size(self, index: Optional[int]) -> int:
+        return self.dense_size if index is None else self.options[index].size
+
+
+class BudgetExhausted(Exception):
+    """The evaluation budget is spent; the search returns what it has."""
+
+
+class SpectralSearch:
+    """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
+    of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
+    turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
+    the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
+    False: of the weight error."""
+
+    #: The global bisection stops once its feasible and infeasible models differ by at most this
+    #: fraction of the feasible one's size (the refinement places the rest).
+    GLOBAL_GAP = 0.05
+    #: Probes below a layer's bisected boundary, stopped after this many failures in a row.
+    PROBES = 2
+
+    def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
+        if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
+            raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
+        if not isinstance(refine, bool):
+            raise TypeError(f"SpectralSearch: refine: expected a bool, got {type(refine).__name__}")
+        if not isinstance(data_aware, bool):
+            raise TypeError(f"SpectralSearch: data_aware: expected a bool, got {type(data_aware).__name__}")
+        self.max_evaluations = max_evaluations
+        self.refine = refine
+        self.data_aware = data_aware
+
+    def run(self, units: list[Unit], feasible: Callable[[Assignment], bool]) -> Assignment:
+        """The assignment found; ``feasible`` evaluates the model (raising BudgetExhausted when
+        the budget is spent) and says whether it met the threshold."""
+        spectral = [i for i, u in enumerate(units) if u.options and all(o.error is not None for o in u.options)]
+        current: list[Optional[int]] = [None] * len(units)
+        try:
+            current = self._global_tolerance(units, spectral, feasible, current)
+            if self.refine:
+                for i in sorted(spectral, key=lambda i: -units[i].size(current[i])):
+                    current[i] = self._shrink(units, i, current, feasible)
+                current = self._trade(units, spectral, current, feasible)
+            for i, unit in enumerate(units):
+                if i not in spectral and unit.options:
+                    current[i] = self._cheapest(units, i, current, feasible)
+        except BudgetExhausted:
+            pass
+        return tuple(current)
+
+    @staticmethod
+    def _at(units: list[Unit], spectral: list[int], tau: float, base: list[Optional[int]]) -> list[Optional[int]]:
+        out = list(base)
+        for i in spectral:
+            fits = [j for j, o in enumerate(units[i].options) if o.error is not None and o.error <= tau]
+            out[i] = min(fits, key=lambda j: units[i].options[j].size) if fits else None
+        return out
+
+    def _global_tolerance(self, units: list[Unit], spectral: list[int], feasible: Callable[[Assignment], bool],
+                          base: list[Optional[int]]) -> list[Optional[int]]:
+        breakpoints = sorted({o.error for i in spectral for o in units[i].options if o.error is not None})
+        lo, hi = -1, len(breakpoints)  # lo: known feasible (−1: all dense), hi: known infeasible
+        best = list(base)
+        infeasible_size = 0
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = self._at(units, spectral, breakpoints[mid], base)
+            if feasible(tuple(trial)):
+                lo, best = mid, trial
+            else:
+                hi, infeasible_size = mid, sum(u.size(i) for u, i in zip(units, trial))
+            best_size = sum(u.size(i) for u, i in zip(units, best))
+            if best_size - infeasible_size <= self.GLOBAL_GAP * best_size:
+                break  # close enough: the per-layer refinement places the rest
+        return best
+
+    def _shrink(self, units: list[Unit], i: int, current: list[Optional[int]],
+                feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """The smallest option of unit i that keeps the model feasible, the others fixed: a
+        bisection, then probes below its boundary (accuracy measured on a finite test set is not
+        exactly monotone in the size: a smaller option may pass where the next larger one failed)
+        until ``PROBES`` in a row fail."""
+        unit = units[i]
+        top = len(unit.options) if current[i] is None else current[i]  # index `len` stands for dense
+        lo, hi = -1, top  # hi: feasible (the current state); lo: assumed infeasible
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = list(current)
+            trial[i] = mid
+            if feasible(tuple(trial)):
+                hi = mid
+            else:
+                lo = mid
+        misses, probe = 0, hi - 2
+        while misses < self.PROBES and probe >= 0:
+            trial = list(current)
+            trial[i] = probe
+            if feasible(tuple(trial)):
+                hi, misses = probe, 0
+            else:
+                misses += 1
+            probe -= 1
+        return None if hi == len(unit.options) else hi
+
+    def _trade(self, units: list[Unit], spectral: list[int], current: list[Optional[int]],
+               feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
+        """Step 4: the refinement fixes layers one at a time, so it can stop where one layer sits
+        just below a knee of its curve while a larger layer pays for it. For each other layer j,
+        one option larger, the largest layer is probed downwards; the trade is kept when the
+        model gets smaller."""
+        if len(spectral) < 2:
+            return current
+        big = max(spectral, key=lambda i: units[i].size(current[i]))
+        for j in spectral:
+            if j == big or current[j] is None or current[j] + 1 >= len(units[j].options) or current[big] is None:
+                continue
+            trial = list(current)
+            trial[j] += 1  # type: ignore[operator]
+            misses, probe, found = 0, current[big] - 1, None
+            while misses < self.PROBES and probe >= 0:
+                trial[big] = probe
+                if feasible(tuple(trial)):
+                    found, misses = probe, 0
+                else:
+                    misses += 1
+                probe -= 1
+            if found is not None:
+                trial[big] = found
+                if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
+                    current = trial
+        return current
+
+    @staticmethod
+    def _cheapest(units: list[Unit], i: int, current: list[Optional[int]],
+                  feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """Options without a spectrum: the cheapest feasible one, or dense if none is."""
+        unit = units[i]
+        trial = list(current)
+        trial[i] = len(unit.options) - 1
+        if not feasible(tuple(trial)):
+            return None
+        lo, hi = -1, len(unit.options) - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial[i] = mid
+            if feasible(tuple(trial)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
