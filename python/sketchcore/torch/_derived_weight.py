@@ -35,6 +35,8 @@ _METADATA = frozenset({
     "is_xpu", "is_mps", "is_mtia", "is_xla", "is_ipu", "is_vulkan", "is_maia", "is_hpu", "__class__",
     "requires_grad_",  # handled in _writes when it would change the flag
 })
+#: The method that makes an editable dense copy, per owner (``to_linear`` when not listed).
+_DENSE_COPY = {"SKConv2d": "to_conv2d"}
 #: In-place dunders (their names do not end with "_").
 _IN_PLACE_DUNDERS = frozenset({
     "__setitem__", "__delitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
@@ -170,7 +172,7 @@ class DerivedWeight(Tensor):
             raise RuntimeError(
                 f"{owner}.weight: expected no write (it is the dense equivalent computed from the factors, "
                 f"read-only), got {what}; change the factors (or the dense layer before converting) instead, "
-                f"or use {owner}.to_linear() for an editable dense copy")
+                f"or use {owner}.{_DENSE_COPY.get(owner, 'to_linear')}() for an editable dense copy")
         if name in _METADATA and args and isinstance(args[0], DerivedWeight):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)

@@ -125,7 +125,7 @@ class SketchedLayer(nn.Module):
             raise AttributeError(
                 f"{type(self).__name__}.weight: expected no assignment (it is the dense equivalent computed from "
                 f"the factors, read-only), got a {type(value).__name__}; to tie weights, keep the layer dense "
-                f"(sketch_model keeps tied layers), or use to_linear() for an editable dense copy")
+                f"(sketch_model keeps tied layers), or make an editable dense copy (to_linear(), to_conv2d())")
         super().__setattr__(name, value)
 
 
