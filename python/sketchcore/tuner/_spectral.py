@@ -66,6 +66,8 @@ class SpectralSearch:
     GLOBAL_GAP = 0.05
     #: Probes below a layer's bisected boundary, stopped after this many failures in a row.
     PROBES = 2
+    #: How many options larger a layer may grow in a trade (see ``_trade``).
+    TRADE_STEPS = (1, 2)
 
     def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
         if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
@@ -154,28 +156,29 @@ class SpectralSearch:
                feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
         """Step 4: the refinement fixes layers one at a time, so it can stop where one layer sits
         just below a knee of its curve while a larger layer pays for it. For each other layer j,
-        one option larger, the largest layer is probed downwards; the trade is kept when the
-        model gets smaller."""
+        ``TRADE_STEPS`` options larger (one, then two: a knee can be two options wide), the
+        largest layer is probed downwards; a trade is kept when the model gets smaller."""
         if len(spectral) < 2:
             return current
         big = max(spectral, key=lambda i: units[i].size(current[i]))
         for j in spectral:
-            if j == big or current[j] is None or current[j] + 1 >= len(units[j].options) or current[big] is None:
-                continue
-            trial = list(current)
-            trial[j] += 1  # type: ignore[operator]
-            misses, probe, found = 0, current[big] - 1, None
-            while misses < self.PROBES and probe >= 0:
-                trial[big] = probe
-                if feasible(tuple(trial)):
-                    found, misses = probe, 0
-                else:
-                    misses += 1
-                probe -= 1
-            if found is not None:
-                trial[big] = found
-                if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
-                    current = trial
+            for step in self.TRADE_STEPS:
+                if j == big or current[j] is None or current[j] + step >= len(units[j].options) or current[big] is None:
+                    continue
+                trial = list(current)
+                trial[j] += step  # type: ignore[operator]
+                misses, probe, found = 0, current[big] - 1, None
+                while misses < self.PROBES and probe >= 0:
+                    trial[big] = probe
+                    if feasible(tuple(trial)):
+                        found, misses = probe, 0
+                    else:
+                        misses += 1
+                    probe -= 1
+                if found is not None:
+                    trial[big] = found
+                    if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
+                        current = trial
         return current
 
     @staticmethod
