@@ -3,7 +3,7 @@ Demmel, Mahoney, Luszczek, "CholeskyQR with Randomization and Pivoting for Tall 
 
 For M (m × n): sketch it to M_sk = S M (d × n, d = ⌈γ n⌉, a sparse-sign operator of sketchcore's
 by default, applied without being formed), pivot-QR the small sketch (M_sk[:, J] = Q_sk R_sk; LAPACK
-GEQP3 through SciPy when installed), keep the k columns whose |R_sk[i, i]| exceed ``tol``·|R_sk[0, 0]|
+GEQP3 through SciPy when installed), keep the k columns whose ``|R_sk[i, i]|`` exceed ``tol``·``|R_sk[0, 0]|``
 (the numerical rank), precondition M_pre = M[:, J[:k]] R_sk[:k, :k]⁻¹ (well conditioned, because S
 embeds the column space), and finish with one Cholesky QR of M_pre: Q = M_pre L⁻ᵀ, R = Lᵀ R_sk[:k].
 Then M[:, J] ≈ Q R with Q (m × k) orthonormal and R (k × n) upper triangular (upper trapezoidal
@@ -75,9 +75,9 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
     ``M`` is an (m × n) NumPy array, torch tensor or CuPy array (float32 or float64); Q (m × k)
     has orthonormal columns, R (k × n) is upper triangular (trapezoidal when k < n), J is a
     permutation of range(n) (int64, same framework and device), with k the numerical rank that
-    the pivoted QR of the sketch reveals: the number of |R_sk[i, i]| above ``tol``·|R_sk[0, 0]|
+    the pivoted QR of the sketch reveals: the number of ``|R_sk[i, i]|`` above ``tol``·``|R_sk[0, 0]|``
     (default: 10·max(d, n)·eps of M's dtype). The leading pivots are the most independent
-    columns, and |R[i, i]| decays like the singular values. ``gamma`` ≥ 1 sets the sketch size
+    columns, and ``|R[i, i]|`` decays like the singular values. ``gamma`` ≥ 1 sets the sketch size
     d = min(⌈γ n⌉, m) (Panther's default 1.25); for d = m no sketch is needed and M itself is
     pivoted. ``sketch`` and ``seed`` choose the sketch operator (same seed, same result).
 
