@@ -59,7 +59,8 @@ class LayerConfig:
     >>> LayerConfig({"type": "Linear"})
     LayerConfig(layer_names={'type': 'Linear'}, params='auto', separate=True, copy_weights=True)
     >>> LayerConfig(["fc1", "fc2"], {"rank": Int(4, 16, step=4)}, separate=False)
-    LayerConfig(layer_names=['fc1', 'fc2'], params={'rank': Int(low=4, high=16, step=4, log=False)}, separate=False, copy_weights=True)
+    LayerConfig(layer_names=['fc1', 'fc2'], params={'rank': Int(low=4, high=16, step=4, log=False)},
+                separate=False, copy_weights=True)
     >>> LayerConfig("fc1", {})
     Traceback (most recent call last):
         ...
