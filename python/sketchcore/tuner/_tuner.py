@@ -74,7 +74,9 @@ class SKAutoTuner(ResultsMixin):
         optmization_eval_func, got both"``, ``"SKAutoTuner: num_runs_per_param: expected an
         integer ≥ 1, got ..."``, ``"SKAutoTuner: configs: layer '...' is selected by configs[i] and
         configs[j]; expected each layer in one config"``, ``"SKAutoTuner: configs: expected at
-        least one LayerConfig, got none"``, or a selector that matches no layer.
+        least one LayerConfig, got none"``, or a selector that matches no layer or is malformed
+        (``"LayerConfig: layer_names: no layer of the model matches ..."`` and the other
+        ``"LayerConfig: layer_names..."`` messages; a wrongly typed selector value is a TypeError).
 
     Examples
     --------
