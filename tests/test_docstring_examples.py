@@ -19,6 +19,9 @@ MODULES = [
     "sketchcore.memory",
     "sketchcore.layers",
     "sketchcore.linalg",
+    "sketchcore.linalg._cqrrpt",
+    "sketchcore.linalg._randomized_svd",
+    "sketchcore.linalg._rsvd",
     "sketchcore.cli",
     "sketchcore.torch",
     "sketchcore.torch._attention",
@@ -32,8 +35,17 @@ MODULES = [
     "sketchcore.torch._derived_weight",
     "sketchcore.torch._layer_state",
     "sketchcore.jax",
+    "sketchcore.tuner",
+    "sketchcore.tuner._configs",
+    "sketchcore.tuner._params",
+    "sketchcore.tuner._search",
+    "sketchcore.tuner._spectral",
+    "sketchcore.tuner._tuner",
+    "sketchcore.tuner._results",
+    "sketchcore.tuner._optuna",
 ]
-OPTIONAL = {"sketchcore.torch": "torch", "sketchcore.jax": "jax"}
+OPTIONAL = {"sketchcore.torch": "torch", "sketchcore.jax": "jax", "sketchcore.tuner._optuna": "optuna",
+            "sketchcore.tuner": "torch"}
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -64,3 +76,8 @@ def test_the_finder_sees_the_examples() -> None:
     finder = doctest.DocTestFinder(exclude_empty=True)
     for module in (sketchcore.sketch, sketchcore.memory):
         assert sum(len(t.examples) for t in finder.find(module, module.__name__)) >= 10
+    # The packages re-export from private submodules, and the finder only looks at objects whose
+    # __module__ is the module scanned: the examples are found through the submodules.
+    for name in ("sketchcore.linalg._cqrrpt", "sketchcore.linalg._randomized_svd", "sketchcore.linalg._rsvd"):
+        module = importlib.import_module(name)
+        assert sum(len(t.examples) for t in finder.find(module, name)) >= 5, name

@@ -3,7 +3,7 @@ Demmel, Mahoney, Luszczek, "CholeskyQR with Randomization and Pivoting for Tall 
 
 For M (m × n): sketch it to M_sk = S M (d × n, d = ⌈γ n⌉, a sparse-sign operator of sketchcore's
 by default, applied without being formed), pivot-QR the small sketch (M_sk[:, J] = Q_sk R_sk; LAPACK
-GEQP3 through SciPy when installed), keep the k columns whose ``|R_sk[i, i]|`` exceed ``tol``·``|R_sk[0, 0]|``
+GEQP3 through SciPy when installed), keep the k columns whose ``abs(R_sk[i, i])`` exceed ``tol * abs(R_sk[0, 0])``
 (the numerical rank), precondition M_pre = M[:, J[:k]] R_sk[:k, :k]⁻¹ (well conditioned, because S
 embeds the column space), and finish with one Cholesky QR of M_pre: Q = M_pre L⁻ᵀ, R = Lᵀ R_sk[:k].
 Then M[:, J] ≈ Q R with Q (m × k) orthonormal and R (k × n) upper triangular (upper trapezoidal
@@ -75,15 +75,63 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
     ``M`` is an (m × n) NumPy array, torch tensor or CuPy array (float32 or float64); Q (m × k)
     has orthonormal columns, R (k × n) is upper triangular (trapezoidal when k < n), J is a
     permutation of range(n) (int64, same framework and device), with k the numerical rank that
-    the pivoted QR of the sketch reveals: the number of ``|R_sk[i, i]|`` above ``tol``·``|R_sk[0, 0]|``
-    (default: 10·max(d, n)·eps of M's dtype). The leading pivots are the most independent
-    columns, and ``|R[i, i]|`` decays like the singular values. ``gamma`` ≥ 1 sets the sketch size
-    d = min(⌈γ n⌉, m) (Panther's default 1.25); for d = m no sketch is needed and M itself is
-    pivoted. ``sketch`` and ``seed`` choose the sketch operator (same seed, same result).
+    the pivoted QR of the sketch reveals: the number of ``abs(R_sk[i, i])`` above
+    ``tol * abs(R_sk[0, 0])`` (default: 10·max(d, n)·eps of M's dtype). The leading pivots are the
+    most independent columns, and ``abs(R[i, i])`` decays like the singular values. ``gamma`` ≥ 1
+    sets the sketch size d = min(⌈γ n⌉, m) (Panther's default 1.25); for d = m no sketch is needed
+    and M itself is pivoted. ``sketch`` and ``seed`` choose the sketch operator (same seed, same
+    result).
 
-    Raises ``ValueError`` naming the argument for a non-2-D M, gamma < 1, a negative tol, an
-    unknown sketch kind or non-finite entries; ``TypeError`` for an unsupported array type or an
-    integer dtype.
+    Parameters
+    ----------
+    M : array (m × n)
+        NumPy array, torch tensor (CPU or CUDA) or CuPy array of float32 or float64, finite.
+    gamma : float, default 1.25
+        Sketch oversampling factor, ≥ 1: the sketch has d = min(⌈γ n⌉, m) rows.
+    tol : float, optional
+        Relative threshold ≥ 0 on the sketch's pivoted-R diagonal that sets the numerical rank k;
+        default 10·max(d, n)·eps of M's dtype.
+    sketch : str, default "sparse_sign"
+        Kind of sketch operator (``"gaussian"``, ``"rademacher"``, ``"sparse_sign"``, ...).
+    seed : int, optional
+        Seed ≥ 0 of the sketch operator; the same seed gives the same factors.
+
+    Returns
+    -------
+    Q : array (m × k)
+        Orthonormal columns, M's framework, dtype and device.
+    R : array (k × n)
+        Upper triangular (trapezoidal when k < n).
+    J : array (n,)
+        int64 column permutation with ``M[:, J] ≈ Q @ R``. For the zero matrix k = 0.
+
+    Raises
+    ------
+    ValueError
+        ``"cqrrpt: M: expected a 2-D array, got shape ..."``, ``"cqrrpt: M: expected a non-empty
+        matrix, ..."``, ``"cqrrpt: M: expected finite entries, got NaN or infinity"``,
+        ``"cqrrpt: gamma: expected a finite number ≥ 1.0, ..."``, ``"cqrrpt: tol: expected a finite
+        number ≥ 0.0, ..."``, ``"cqrrpt: seed: expected an integer ≥ 0, ..."``, ``"cqrrpt: sketch:
+        expected one of [...]"``, or ``"cqrrpt: M: Cholesky QR failed at every rank; ..."`` when
+        ``tol`` is too small for M's conditioning.
+    TypeError
+        For an unsupported array type (``"cqrrpt: M: expected a NumPy array, a torch tensor or a
+        CuPy array, ..."``), an integer dtype (``"cqrrpt: M: expected float32 or float64, got
+        ..."``), or a non-number gamma/tol or non-integer seed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore.linalg import cqrrpt
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.standard_normal((200, 8)) @ rng.standard_normal((8, 30))  # rank 8
+    >>> Q, R, J = cqrrpt(M, seed=0)
+    >>> Q.shape, R.shape, J.shape
+    ((200, 8), (8, 30), (30,))
+    >>> bool(np.allclose(M[:, J], Q @ R)), bool(np.allclose(Q.T @ Q, np.eye(8)))
+    (True, True)
+    >>> sorted(J.tolist()) == list(range(30))
+    True
     """
     ops = Ops(M, _WHERE, "M")
     ops.require_dense()

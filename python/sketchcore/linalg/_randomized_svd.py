@@ -26,18 +26,69 @@ _WHERE = "randomized_svd"
 def randomized_svd(A: ArrayT, k: int, tol: float = 1e-6, *, oversample: int = 10, power_iters: int = 2,
                    block_size: int = 64, sketch: SketchKind = "gaussian",
                    seed: int | None = None) -> tuple[ArrayT, ArrayT, ArrayT]:
-    """Truncated randomized SVD with Panther's signature: ``U (m × r), S (r,), V (n × r)`` with
-    ``A ≈ U @ diag(S) @ V.T`` (note: V, not Vᵀ), S descending, r ≤ ``k``.
+    """Truncated randomized SVD with Panther's signature: ``U, S, V`` with ``A ≈ U @ diag(S) @ V.T``.
 
+    Note: V (n × r), not Vᵀ; S descending, r ≤ ``k``.
     r is ``k``, or the smallest rank whose estimated relative error ‖A − U diag(S) Vᵀ‖_F / ‖A‖_F is
     ≤ ``tol`` when that is smaller (``tol=0`` always returns k). Works on NumPy arrays, torch
     tensors (CPU or CUDA) and CuPy arrays; results are of A's framework, dtype and device. With the
     defaults the rank-k error is within a few percent of the optimal (Eckart–Young) error on
     decaying spectra. ``sketch``/``seed`` choose the sketch operators (same seed, same result).
 
-    Raises ``ValueError`` naming the argument for a non-2-D A, k outside [1, min(m, n)], a
-    negative or non-finite tol, or negative oversample/power_iters, block_size < 1;
-    ``TypeError`` for non-integer sizes or an unsupported array type.
+    Parameters
+    ----------
+    A : array (m × n)
+        NumPy array, torch tensor or CuPy array (float32 or float64).
+    k : int
+        Largest rank returned, in [1, min(m, n)].
+    tol : float, default 1e-6
+        Relative Frobenius error ≥ 0 at which to stop early; 0 always returns rank k.
+    oversample : int, default 10
+        Extra sketch columns ≥ 0 beyond k.
+    power_iters : int, default 2
+        Power iterations ≥ 0 per block (more help flat spectra).
+    block_size : int, default 64
+        Columns ≥ 1 sketched per block; the error is checked after each block.
+    sketch : str, default "gaussian"
+        Kind of sketch operator.
+    seed : int, optional
+        Seed ≥ 0 of the sketch operators (block b uses ``seed + b·block_size``).
+
+    Returns
+    -------
+    U : array (m × r)
+        Orthonormal left singular vectors.
+    S : array (r,)
+        Singular values, descending.
+    V : array (n × r)
+        Orthonormal right singular vectors (V, not Vᵀ).
+
+    Raises
+    ------
+    ValueError
+        ``"randomized_svd: A: expected a 2-D array, got shape ..."``, ``"randomized_svd: k: expected
+        an integer ≥ 1, ..."`` or ``"... expected at most min(m, n) = ..., got ..."``, a negative or
+        non-finite tol (``"randomized_svd: tol: expected a finite number ≥ 0.0, ..."``), negative
+        oversample/power_iters or block_size < 1 (``"randomized_svd: <name>: expected an integer ≥
+        <low>, got ..."``), or an unknown sketch kind.
+    TypeError
+        Non-integer sizes (``"randomized_svd: k: expected an int, got float"``) or an unsupported
+        array type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sketchcore.linalg import randomized_svd
+    >>> rng = np.random.default_rng(0)
+    >>> A = rng.standard_normal((100, 5)) @ rng.standard_normal((5, 60))  # rank 5
+    >>> U, S, V = randomized_svd(A, 5, tol=0, seed=0)
+    >>> U.shape, S.shape, V.shape
+    ((100, 5), (5,), (60, 5))
+    >>> bool(np.allclose(U @ np.diag(S) @ V.T, A)), bool(np.all(np.diff(S) <= 0))
+    (True, True)
+    >>> U, S, V = randomized_svd(A, 20, tol=1e-6, seed=0)  # stops once the error is ≤ tol
+    >>> S.shape
+    (5,)
     """
     m, n, k = sized(A, k, "k", _WHERE)
     tol = check_float(tol, "tol", 0.0, _WHERE)

@@ -27,6 +27,44 @@ class LayerConfig:
     ``separate``: tune each layer on its own (True) or give the group one shared setting.
     ``copy_weights``: start every candidate from the trained layer (SVD conversion; True) or
     from a fresh random layer (False, as Panther without copying).
+
+    Parameters
+    ----------
+    layer_names : str, list of str or dict
+        Which of the model's layers (see above); resolved against the model by :class:`SKAutoTuner`.
+    params : "auto" or dict, default "auto"
+        The search space: ``"auto"`` or parameter name → list, :class:`Categorical`, :class:`Int`
+        or :class:`Float`.
+    separate : bool, default True
+        Tune each selected layer on its own (True) or the group with one shared setting (False).
+    copy_weights : bool, default True
+        Initialize candidates from the trained weights (True) or randomly (False).
+
+    Raises
+    ------
+    TypeError
+        ``"LayerConfig: layer_names: expected a string, a list of strings or a dict of selectors,
+        got ..."``, ``"LayerConfig: params: expected 'auto' or a dict, got ..."`` (a non-dict),
+        ``"LayerConfig: separate: expected a bool, got ..."`` (likewise copy_weights), or
+        ``"params: <name>: expected a list, Categorical, Int or Float, got ..."``.
+    ValueError
+        ``"LayerConfig: params: expected 'auto' or a dict, got 'x'"`` (another string),
+        ``"LayerConfig: params: expected at least one parameter, got an empty dict"``, or an
+        empty list / an Int range of more than 4096 values for a parameter (``"params: <name>:
+        ..."``).
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Int, LayerConfig
+    >>> LayerConfig({"type": "Linear"})
+    LayerConfig(layer_names={'type': 'Linear'}, params='auto', separate=True, copy_weights=True)
+    >>> LayerConfig(["fc1", "fc2"], {"rank": Int(4, 16, step=4)}, separate=False)
+    LayerConfig(layer_names=['fc1', 'fc2'], params={'rank': Int(low=4, high=16, step=4, log=False)},
+                separate=False, copy_weights=True)
+    >>> LayerConfig("fc1", {})
+    Traceback (most recent call last):
+        ...
+    ValueError: LayerConfig: params: expected at least one parameter, got an empty dict
     """
 
     def __init__(self, layer_names: LayerSelector, params: ParamsArg = "auto", separate: bool = True,
@@ -63,12 +101,51 @@ class LayerConfig:
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def clone(self) -> LayerConfig:
-        """A deep copy."""
+        """A deep copy.
+
+        Returns
+        -------
+        LayerConfig
+            Equal to this one, sharing no mutable state with it.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig
+        >>> config = LayerConfig("fc1", {"rank": [4, 8]})
+        >>> copy = config.clone()
+        >>> copy == config, copy.params is config.params
+        (True, False)
+        """
         return copy.deepcopy(self)
 
 
 class TuningConfigs:
-    """An ordered collection of :class:`LayerConfig`; the editing methods return new collections."""
+    """An ordered collection of :class:`LayerConfig`; the editing methods return new collections.
+
+    Supports ``len``, indexing and iteration over its configs; the editing methods (:meth:`add`,
+    :meth:`remove`, :meth:`replace`, :meth:`merge`, :meth:`filter`, :meth:`map`) leave it unchanged.
+
+    Parameters
+    ----------
+    configs : sequence of LayerConfig
+        The configs, in order.
+
+    Raises
+    ------
+    TypeError
+        ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+    >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2", {"rank": [4]})])
+    >>> len(configs), configs[1].layer_names, [c.layer_names for c in configs]
+    (2, 'fc2', ['fc1', 'fc2'])
+    >>> TuningConfigs(["fc1"])
+    Traceback (most recent call last):
+        ...
+    TypeError: TuningConfigs: configs[0]: expected a LayerConfig, got str
+    """
 
     def __init__(self, configs: Sequence[LayerConfig]) -> None:
         configs = list(configs)
@@ -95,24 +172,187 @@ class TuningConfigs:
         return index
 
     def add(self, config: LayerConfig) -> TuningConfigs:
+        """A new collection with ``config`` appended.
+
+        Parameters
+        ----------
+        config : LayerConfig
+            The config to append.
+
+        Returns
+        -------
+        TuningConfigs
+            This collection's configs followed by ``config``.
+
+        Raises
+        ------
+        TypeError
+            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1")])
+        >>> len(configs.add(LayerConfig("fc2"))), len(configs)
+        (2, 1)
+        """
         return TuningConfigs([*self.configs, config])
 
     def remove(self, index: int) -> TuningConfigs:
+        """A new collection without the config at ``index``.
+
+        Parameters
+        ----------
+        index : int
+            Position, 0 ≤ index < len(self).
+
+        Returns
+        -------
+        TuningConfigs
+            The other configs, in order.
+
+        Raises
+        ------
+        IndexError
+            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
+        >>> [c.layer_names for c in configs.remove(0)]
+        ['fc2']
+        >>> configs.remove(2)
+        Traceback (most recent call last):
+            ...
+        IndexError: TuningConfigs: index: expected 0 ≤ index < 2, got 2
+        """
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + self.configs[index + 1:])
 
     def replace(self, index: int, config: LayerConfig) -> TuningConfigs:
+        """A new collection with the config at ``index`` replaced by ``config``.
+
+        Parameters
+        ----------
+        index : int
+            Position, 0 ≤ index < len(self).
+        config : LayerConfig
+            The replacement.
+
+        Returns
+        -------
+        TuningConfigs
+            The configs with ``config`` at ``index``.
+
+        Raises
+        ------
+        IndexError
+            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
+        TypeError
+            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
+        >>> [c.layer_names for c in configs.replace(1, LayerConfig("fc3"))]
+        ['fc1', 'fc3']
+        """
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + [config] + self.configs[index + 1:])
 
     def clone(self) -> TuningConfigs:
+        """A deep copy (every config cloned).
+
+        Returns
+        -------
+        TuningConfigs
+            Equal configs that share no mutable state with these.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1", {"rank": [4]})])
+        >>> copy = configs.clone()
+        >>> copy[0] == configs[0], copy[0] is configs[0]
+        (True, False)
+        """
         return TuningConfigs([config.clone() for config in self.configs])
 
     def merge(self, other: TuningConfigs) -> TuningConfigs:
+        """A new collection of this one's configs followed by ``other``'s.
+
+        Parameters
+        ----------
+        other : TuningConfigs
+            The configs to append.
+
+        Returns
+        -------
+        TuningConfigs
+            The concatenation.
+
+        Raises
+        ------
+        AttributeError
+            When ``other`` is not a TuningConfigs (it has no ``configs``).
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> a, b = TuningConfigs([LayerConfig("fc1")]), TuningConfigs([LayerConfig("fc2")])
+        >>> [c.layer_names for c in a.merge(b)]
+        ['fc1', 'fc2']
+        """
         return TuningConfigs(self.configs + other.configs)
 
     def filter(self, predicate: Callable[[LayerConfig], bool]) -> TuningConfigs:
+        """A new collection of the configs for which ``predicate(config)`` is true.
+
+        Parameters
+        ----------
+        predicate : callable
+            LayerConfig → bool.
+
+        Returns
+        -------
+        TuningConfigs
+            The kept configs, in order.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2", separate=False)])
+        >>> [c.layer_names for c in configs.filter(lambda c: c.separate)]
+        ['fc1']
+        """
         return TuningConfigs([config for config in self.configs if predicate(config)])
 
     def map(self, transform: Callable[[LayerConfig], LayerConfig]) -> TuningConfigs:
+        """A new collection of ``transform(config)`` for every config.
+
+        Parameters
+        ----------
+        transform : callable
+            LayerConfig → LayerConfig.
+
+        Returns
+        -------
+        TuningConfigs
+            The transformed configs, in order.
+
+        Raises
+        ------
+        TypeError
+            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."`` when ``transform``
+            returns something else.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
+        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
+        >>> [c.copy_weights for c in configs.map(lambda c: LayerConfig(c.layer_names, copy_weights=False))]
+        [False, False]
+        """
         return TuningConfigs([transform(config) for config in self.configs])

@@ -22,7 +22,30 @@ def _number(value: object, name: str, where: str, integer: bool) -> None:
 
 @dataclass
 class Categorical:
-    """A parameter taking one of a fixed, non-empty set of ``choices`` (``Categorical([8, 16, 32])``)."""
+    """A parameter taking one of a fixed, non-empty set of ``choices`` (``Categorical([8, 16, 32])``).
+
+    Parameters
+    ----------
+    choices : sequence
+        The values, in order (a list or tuple; not a string), at least one.
+
+    Raises
+    ------
+    TypeError
+        ``"Categorical: choices: expected a sequence, got ..."``.
+    ValueError
+        ``"Categorical: choices: expected at least one choice, got an empty sequence"``.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Categorical
+    >>> Categorical((8, 16, 32))
+    Categorical([8, 16, 32])
+    >>> Categorical([])
+    Traceback (most recent call last):
+        ...
+    ValueError: Categorical: choices: expected at least one choice, got an empty sequence
+    """
 
     choices: Sequence[Any] = field(default_factory=list)
 
@@ -39,8 +62,38 @@ class Categorical:
 
 @dataclass
 class Int:
-    """An integer in [low, high] (inclusive) on a grid of ``step``; ``log`` asks samplers for
-    log-uniform draws (needs low > 0)."""
+    """An integer in [low, high] (inclusive) on a grid of ``step``.
+
+    ``log`` asks samplers for log-uniform draws (needs low > 0). Searches expand ranges of up to
+    4096 values into choices.
+
+    Parameters
+    ----------
+    low, high : int
+        Inclusive bounds, ``low`` ≤ ``high``.
+    step : int, default 1
+        Grid spacing ≥ 1 from ``low``.
+    log : bool, default False
+        Log-uniform draws in :class:`RandomSearch`/:class:`OptunaSearch`.
+
+    Raises
+    ------
+    TypeError
+        A non-int bound or step (``"Int: low: expected an int, got float 1.5"``).
+    ValueError
+        ``"Int: high: expected ≥ low = ..., got ..."``, ``"Int: step: expected an integer ≥ 1,
+        got ..."`` or ``"Int: low: expected > 0 with log=True, got ..."``.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Int
+    >>> Int(4, 16, step=4)
+    Int(low=4, high=16, step=4, log=False)
+    >>> Int(8, 4)
+    Traceback (most recent call last):
+        ...
+    ValueError: Int: high: expected ≥ low = 8, got 4
+    """
 
     low: int
     high: int
@@ -60,7 +113,39 @@ class Int:
 
 @dataclass
 class Float:
-    """A real number in [low, high]; ``step`` makes it a grid, ``log`` asks for log-uniform draws."""
+    """A real number in [low, high]; ``step`` makes it a grid, ``log`` asks for log-uniform draws.
+
+    A Float without ``step`` is continuous: :class:`GridSearch` rejects it, and the default
+    :class:`SpectralSearch` has no choices to walk for it.
+
+    Parameters
+    ----------
+    low, high : float
+        Finite bounds, ``low`` ≤ ``high``.
+    step : float, optional
+        Grid spacing > 0 from ``low``; None (default) for a continuous range.
+    log : bool, default False
+        Log-uniform draws (needs low > 0).
+
+    Raises
+    ------
+    TypeError
+        A non-number bound or step (``"Float: low: expected a real number, got str 'a'"``).
+    ValueError
+        A non-finite bound (``"Float: low: expected a finite number, got inf"``), ``"Float: high:
+        expected ≥ low = ..., got ..."``, ``"Float: step: expected > 0, got ..."`` or ``"Float:
+        low: expected > 0 with log=True, got ..."``.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Float
+    >>> Float(0.1, 1.0, log=True)
+    Float(low=0.1, high=1.0, step=None, log=True)
+    >>> Float(0.0, 1.0, log=True)
+    Traceback (most recent call last):
+        ...
+    ValueError: Float: low: expected > 0 with log=True, got 0.0
+    """
 
     low: float
     high: float

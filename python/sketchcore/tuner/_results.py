@@ -27,7 +27,31 @@ class ResultsMixin:
 
     def apply_best_params(self: SKAutoTuner) -> nn.Module:
         """Puts the chosen layers into the model (in place) and returns it; layers whose choice
-        is None stay dense. Raises RuntimeError before :meth:`tune` or :meth:`load_tuning_results`."""
+        is None stay dense. Raises RuntimeError before :meth:`tune` or :meth:`load_tuning_results`.
+
+        Returns
+        -------
+        torch.nn.Module
+            The tuner's model, changed in place.
+
+        Raises
+        ------
+        RuntimeError
+            ``"SKAutoTuner.apply_best_params: no tuning results yet; call tune() or
+            load_tuning_results() first"``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> _ = tuner.tune()
+        >>> tuner.apply_best_params() is model, type(model[2]).__name__
+        (True, 'LowRankLinear')
+        """
         if not self.best_params:
             raise RuntimeError("SKAutoTuner.apply_best_params: no tuning results yet; call tune() or "
                                "load_tuning_results() first")
@@ -37,13 +61,68 @@ class ResultsMixin:
         return self.model
 
     def get_best_params(self: SKAutoTuner) -> dict[str, dict[str, Any]]:
+        """The choice of the last :meth:`tune` or :meth:`load_tuning_results` (empty before).
+
+        Returns
+        -------
+        dict
+            Layer name → ``{"params": dict or None, "copy_weights": bool, "best_layer": module or None}``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> tuner.get_best_params()
+        {}
+        >>> _ = tuner.tune()
+        >>> tuner.get_best_params()["0"]["params"]
+        {'rank': 1}
+        """
         return self.best_params
 
     def replace_without_tuning(self: SKAutoTuner, tolerance: float = 0.1) -> nn.Module:
         """Replaces every selected layer without evaluating the model and returns it. Explicit
         params: the first value of each (Panther's rule). ``params="auto"``: the smallest setting
         whose relative weight error (from the layer's spectrum) is ≤ ``tolerance``, or the most
-        accurate setting for layers without a spectrum (attention)."""
+        accurate setting for layers without a spectrum (attention).
+
+        A layer for which no setting meets ``tolerance`` and saves numbers stays dense.
+
+        Parameters
+        ----------
+        tolerance : float, default 0.1
+            Relative weight error allowed, in [0, 1).
+
+        Returns
+        -------
+        torch.nn.Module
+            The tuner's model, changed in place.
+
+        Raises
+        ------
+        ValueError
+            ``"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got ..."``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> calls = []
+        >>> tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [4, 8]}), lambda m: calls.append(1) or 1.0)
+        >>> tuner.replace_without_tuning()[0], len(calls)
+        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)
+        >>> tuner.replace_without_tuning(tolerance=1.0)
+        Traceback (most recent call last):
+            ...
+        ValueError: SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got 1.0
+        """
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
             raise ValueError(f"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got "
                              f"{tolerance!r}")
@@ -78,7 +157,28 @@ class ResultsMixin:
     def get_results_dataframe(self: SKAutoTuner) -> Any:
         """One row per (evaluation, layer): the layer's parameters (none for a dense layer),
         score, accuracy, speed (the optimization function's value, where computed) and the
-        model's stored numbers. A pandas DataFrame when pandas is installed, else a list of dicts."""
+        model's stored numbers. A pandas DataFrame when pandas is installed, else a list of dicts.
+
+        Returns
+        -------
+        pandas.DataFrame or list of dict
+            Columns ``layer_name``, ``evaluation``, the parameters, ``score``, ``accuracy``,
+            ``speed``, ``parameters``; empty before :meth:`tune`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> len(tuner.get_results_dataframe())
+        0
+        >>> _ = tuner.tune()
+        >>> len(tuner.get_results_dataframe()) > 0
+        True
+        """
         rows = self._rows()
         try:
             import pandas as pd
@@ -88,7 +188,36 @@ class ResultsMixin:
 
     def save_tuning_results(self: SKAutoTuner, file_path: Union[str, os.PathLike[str]]) -> None:
         """Writes the results, the best parameters and the evaluation history as JSON (parent
-        directories are created)."""
+        directories are created).
+
+        The layers themselves are not stored: :meth:`load_tuning_results` rebuilds them.
+
+        Parameters
+        ----------
+        file_path : str or os.PathLike
+            Where to write.
+
+        Raises
+        ------
+        OSError
+            When the file or its directory cannot be written.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> import os, tempfile
+        >>> _ = tuner.tune()
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = os.path.join(directory, "runs", "tuning.json")
+        ...     tuner.save_tuning_results(path)
+        ...     os.path.exists(path)
+        True
+        """
         best = {name: {"params": d["params"], "copy_weights": d["copy_weights"]} for name, d in self.best_params.items()}
         data = {"format": _FORMAT, "results": self.results, "best_params": best, "history": self.history,
                 "evaluations": self.evaluations, "dense_accuracy": self.dense_accuracy,
@@ -104,7 +233,44 @@ class ResultsMixin:
     def load_tuning_results(self: SKAutoTuner, file_path: Union[str, os.PathLike[str]]) -> None:
         """Reads what :meth:`save_tuning_results` wrote and rebuilds the chosen layers from this
         tuner's model (so :meth:`apply_best_params` works). Raises FileNotFoundError, or
-        ValueError for a file of another format or naming layers this tuner does not select."""
+        ValueError for a file of another format or naming layers this tuner does not select.
+
+        Parameters
+        ----------
+        file_path : str or os.PathLike
+            A file written by :meth:`save_tuning_results`.
+
+        Raises
+        ------
+        FileNotFoundError
+            ``"SKAutoTuner.load_tuning_results: file_path: '...' not found"``.
+        ValueError
+            ``"SKAutoTuner.load_tuning_results: '...' is not JSON (...)"``, ``"...: expected a file
+            written by save_tuning_results (format 'sketchcore.tuner/1')"``, or ``"...: layer '...'
+            with params {...} is not in this tuner's search space"``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> import os, tempfile
+        >>> _ = tuner.tune()
+        >>> fresh = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = os.path.join(directory, "tuning.json")
+        ...     tuner.save_tuning_results(path)
+        ...     fresh.load_tuning_results(path)
+        >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
+        ({'rank': 1}, 'LowRankLinear')
+        >>> fresh.load_tuning_results("no/such/file.json")
+        Traceback (most recent call last):
+            ...
+        FileNotFoundError: SKAutoTuner.load_tuning_results: file_path: 'no/such/file.json' not found
+        """
         if not os.path.exists(file_path):
             raise FileNotFoundError(f"SKAutoTuner.load_tuning_results: file_path: {os.fspath(file_path)!r} not found")
         with open(file_path, encoding="utf-8") as f:

@@ -59,7 +59,47 @@ class SpectralSearch:
     of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
     turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
     the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
-    False: of the weight error."""
+    False: of the weight error.
+
+    Pass it as :class:`SKAutoTuner`'s ``search_algorithm`` (None gives ``SpectralSearch()``).
+
+    Parameters
+    ----------
+    max_evaluations : int, default 60
+        Most calls of the accuracy function, ≥ 1 (and ≥ the tuner's ``num_runs_per_param``).
+    refine : bool, default True
+        Run the per-layer refinement after the global bisection.
+    data_aware : bool, default True
+        Error curves of the layers' outputs on captured inputs (True) or of their weights (False).
+
+    Raises
+    ------
+    ValueError
+        ``"SpectralSearch: max_evaluations: expected an integer ≥ 1, got ..."``.
+    TypeError
+        ``"SpectralSearch: refine: expected a bool, got ..."`` (likewise ``data_aware``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from sketchcore.tuner import LayerConfig, SKAutoTuner, SpectralSearch
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    >>> calls = []
+    >>> def accuracy(m):
+    ...     calls.append(1)
+    ...     return 1.0
+    >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), accuracy, accuracy_threshold=0.5,
+    ...                     search_algorithm=SpectralSearch(max_evaluations=10, refine=False))
+    >>> best = tuner.tune()
+    >>> len(calls) <= 10, len(calls) == tuner.evaluations
+    (True, True)
+    >>> SpectralSearch(max_evaluations=0)
+    Traceback (most recent call last):
+        ...
+    ValueError: SpectralSearch: max_evaluations: expected an integer ≥ 1, got 0
+    """
 
     #: The global bisection stops once its feasible and infeasible models differ by at most this
     #: fraction of the feasible one's size (the refinement places the rest).

@@ -36,6 +36,67 @@ class SKAutoTuner(ResultsMixin):
     black-box loop instead (each layer tuned on its own with the others dense, each trial one
     evaluation). The model is changed in place only by :meth:`apply_best_params` and
     :meth:`replace_without_tuning`; ``evaluations`` counts the accuracy calls made.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The trained model; its ``nn.Linear``, ``nn.Conv2d`` and ``nn.MultiheadAttention`` layers
+        can be selected (see ``LAYER_TYPE_MAPPING``).
+    configs : TuningConfigs, LayerConfig or list of LayerConfig
+        Which layers and which search spaces; each layer may be selected by one config only.
+    accuracy_eval_func : callable
+        ``model → score`` (higher is better).
+    search_algorithm : SpectralSearch or SearchAlgorithm, optional
+        Default ``SpectralSearch()``.
+    verbose : bool, default False
+        Print a line per evaluation.
+    accuracy_threshold : float, optional
+        Lowest acceptable score; default the dense model's score.
+    optmization_eval_func, optimization_eval_func : callable, optional
+        ``model → value`` to maximize among the models meeting the threshold (two spellings of
+        one argument; give at most one).
+    num_runs_per_param : int, default 1
+        Calls of ``accuracy_eval_func`` averaged per evaluation, ≥ 1.
+
+    Raises
+    ------
+    TypeError
+        ``"SKAutoTuner: model: expected a torch.nn.Module, got ..."``, ``"SKAutoTuner: configs:
+        expected a TuningConfigs, a LayerConfig or a list of them, got ..."``, ``"SKAutoTuner:
+        accuracy_eval_func: expected a callable, got ..."``, ``"SKAutoTuner:
+        optmization_eval_func: expected a callable, got ..."``, ``"SKAutoTuner: search_algorithm:
+        expected a SpectralSearch or a SearchAlgorithm (initialize/get_next_params/update), got
+        ..."``, ``"SKAutoTuner: accuracy_threshold: expected a finite number or None, got ..."``,
+        or, for a selected layer of another type, ``"SKAutoTuner: layer '...': expected one of
+        ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."``.
+    ValueError
+        ``"SKAutoTuner: optimization_eval_func: expected it or its Panther spelling
+        optmization_eval_func, got both"``, ``"SKAutoTuner: num_runs_per_param: expected an
+        integer ≥ 1, got ..."``, ``"SKAutoTuner: configs: layer '...' is selected by configs[i] and
+        configs[j]; expected each layer in one config"``, ``"SKAutoTuner: configs: expected at
+        least one LayerConfig, got none"``, or a selector that matches no layer or is malformed
+        (``"LayerConfig: layer_names: no layer of the model matches ..."`` and the other
+        ``"LayerConfig: layer_names..."`` messages; a wrongly typed selector value is a TypeError).
+
+    Examples
+    --------
+    An accuracy function that is always 1.0 lets every layer shrink to its smallest setting:
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+    >>> best = tuner.tune()
+    >>> {name: choice["params"] for name, choice in best.items()}
+    {'0': {'rank': 1}, '2': {'rank': 1}}
+    >>> tuner.apply_best_params()[0]
+    LowRankLinear(in_features=64, out_features=64, rank=1, bias=True, activation='none')
+    >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0, num_runs_per_param=0)
+    Traceback (most recent call last):
+        ...
+    ValueError: SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got 0
     """
 
     def __init__(self, model: nn.Module, configs: Union[TuningConfigs, LayerConfig, Sequence[LayerConfig]],
@@ -101,9 +162,55 @@ class SKAutoTuner(ResultsMixin):
         return TuningConfigs(resolved)
 
     def getConfigs(self) -> TuningConfigs:  # noqa: N802 - Panther's name
+        """The tuner's configs, with every selector resolved to the list of layer names it matched.
+
+        Returns
+        -------
+        TuningConfigs
+            One LayerConfig per given config, ``layer_names`` a sorted list of names.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> tuner.getConfigs()[0].layer_names
+        ['0', '2']
+        """
         return self.configs
 
     def setConfigs(self, configs: TuningConfigs) -> None:  # noqa: N802 - Panther's name
+        """Replaces the configs (resolved against the model) for the next :meth:`tune`.
+
+        Parameters
+        ----------
+        configs : TuningConfigs
+            The new configs.
+
+        Raises
+        ------
+        ValueError
+            When a layer is selected by two configs, no config is given, or a selector matches
+            no layer (as in the constructor).
+        TypeError
+            For a selected layer of an unsupported type.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> from sketchcore.tuner import TuningConfigs
+        >>> tuner.setConfigs(TuningConfigs([LayerConfig("2", {"rank": [2, 4]})]))
+        >>> tuner.getConfigs()[0].layer_names
+        ['2']
+        """
         self.configs = self._resolve(configs)
 
     def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[bool]]:
@@ -167,7 +274,35 @@ class SKAutoTuner(ResultsMixin):
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
         """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
-        dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format)."""
+        dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format).
+
+        The model is left dense (call :meth:`apply_best_params` to install the choice);
+        ``evaluations``, ``history``, ``results``, ``dense_accuracy`` and ``final_accuracy`` are
+        filled in.
+
+        Returns
+        -------
+        dict
+            Layer name → ``{"params", "copy_weights", "best_layer"}``.
+
+        Raises
+        ------
+        ValueError
+            ``"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations
+            ..."`` when one evaluation needs more calls than the search's budget.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> best = tuner.tune()
+        >>> sorted(best), best["2"]["params"], type(model[0]).__name__
+        (['0', '2'], {'rank': 1}, 'Linear')
+        """
         self._built: dict[int, dict[int, list[nn.Module]]] = {}
         self._evaluation_of: dict[Assignment, int] = {}
         self._dense_size = stored(self.model)
