@@ -54,16 +54,28 @@ def balanced_factors(M: Tensor, rank: int) -> tuple[Tensor, Tensor]:
 def sklinear_factors(M: Tensor, terms: int, rank: int, generator: torch.Generator | None = None
                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k) such that Panther's layer
-    1/(2T) Σ_t [S1_t U1_t + U2_t S2_t] is the best rank-2Tk approximation of M.
-
-    The 2T blocks of k singular triplets (u, s, v), largest first, go to the terms in turn:
-    block 2t fixes U1_t = its vᵀ rows and learns S1_t = 2T·M·V; block 2t+1 fixes U2_t = its u
-    columns and learns S2_t = 2T·Uᵀ·M. Singular directions beyond min(in, out) do not exist:
-    their fixed rows/columns are random signs ±1/√k and their learnable factors start at 0.
-    """
+    1/(2T) Σ_t [S1_t U1_t + U2_t S2_t] is the best rank-2Tk approximation of M: the layer
+    along M's leading right singular vectors (see :func:`sklinear_factors_along`)."""
     n_in, n_out = M.shape
-    available = min(n_in, n_out, 2 * terms * rank)
-    U, s, Vt = truncated_svd(M, available)
+    _, _, Vt = truncated_svd(M, min(n_in, n_out, 2 * terms * rank))
+    return sklinear_factors_along(M, Vt, terms, rank, generator)
+
+
+def sklinear_factors_along(M: Tensor, Vt: Tensor, terms: int, rank: int, generator: torch.Generator | None = None
+                           ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Panther's factors of the layer M Ṽ Ṽᵀ, Ṽ the first 2Tk of the orthonormal output
+    directions ``Vt`` (rows, most important first): M's right singular vectors give the best
+    rank-2Tk approximation of M, the whitened ones (``_whitened``) the best for calibration
+    outputs.
+
+    The 2T blocks of k directions Ṽ_b go to the terms in turn: block 2t fixes U1_t = Ṽ_bᵀ and
+    learns S1_t = 2T·M Ṽ_b; block 2t+1 fixes U2_t = Q and learns S2_t = 2T·R Ṽ_bᵀ, from the QR
+    factorisation M Ṽ_b = Q R (for singular vectors, Q holds the left ones up to sign).
+    Directions beyond min(in, out) do not exist: their fixed rows/columns are random signs ±1/√k
+    and their learnable factors start at 0."""
+    n_in, n_out = M.shape
+    M64, Vt = M.detach().to("cpu", torch.float64), Vt.to("cpu", torch.float64)  # assembled on the host
+    available = min(n_in, n_out, 2 * terms * rank, Vt.shape[0])
     scale = 2 * terms
     sign = 1.0 / math.sqrt(rank)
 
@@ -78,12 +90,15 @@ def sklinear_factors(M: Tensor, terms: int, rank: int, generator: torch.Generato
             if lo >= hi:
                 continue
             width = hi - lo
+            V = Vt[lo:hi].t()  # out × width
+            projected = M64 @ V  # in × width
             if first:
-                U1s[t, :width] = Vt[lo:hi]
-                S1s[t, :, :width] = scale * U[:, lo:hi] * s[lo:hi]
+                U1s[t, :width] = V.t()
+                S1s[t, :, :width] = scale * projected
             else:
-                U2s[t, :, :width] = U[:, lo:hi]
-                S2s[t, :width] = scale * s[lo:hi, None] * Vt[lo:hi]
+                Q, R = torch.linalg.qr(projected)
+                U2s[t, :, :width] = Q
+                S2s[t, :width] = scale * (R @ V.t())
     return S1s, S2s, U1s, U2s
 
 

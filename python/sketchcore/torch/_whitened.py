@@ -16,10 +16,11 @@ This is the whitened truncation of SVD-LLM (Wang et al., 2024), on the output si
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor
+
+from sketchcore.torch import _factors
 
 
 def whitened_svd(M: Tensor, gram: Tensor) -> tuple[Tensor, Tensor]:
@@ -59,45 +60,8 @@ def lowrank_factors(M: Tensor, Vt: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     return A / scale, scale[:, None] * V.t()
 
 
-def sklinear_factors(M: Tensor, Vt: Tensor, terms: int, rank: int, generator: Optional[torch.Generator] = None
-                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """S1s (T, in, k), S2s (T, k, out), U1s (T, k, out), U2s (T, in, k) such that Panther's layer
-    1/(2T) Σ_t [S1_t U1_t + U2_t S2_t] equals M Ṽ_{2Tk} Ṽ_{2Tk}ᵀ, the best rank-2Tk layer for
-    the calibration outputs.
-
-    The 2T blocks of k output directions Ṽ_b, largest first, go to the terms in turn: block 2t
-    fixes U1_t = Ṽ_bᵀ and learns S1_t = 2T·M Ṽ_b; block 2t+1 fixes U2_t = Q and learns
-    S2_t = 2T·R Ṽ_bᵀ, from the QR factorisation M Ṽ_b = Q R (Q orthonormal input directions,
-    as the left singular vectors of the weight-SVD initialisation). Directions beyond
-    min(in, out) do not exist: their fixed rows/columns are random signs ±1/√k and their
-    learnable factors start at 0, as in the weight-SVD initialisation."""
-    n_in, n_out = M.shape
-    M64, Vt = M.detach().to("cpu", torch.float64), Vt.to("cpu", torch.float64)  # assembled on the host, as _factors
-    available = min(n_in, n_out, 2 * terms * rank, Vt.shape[0])
-    scale = 2 * terms
-    sign = 1.0 / math.sqrt(rank)
-
-    def signs(*shape: int) -> Tensor:
-        return (torch.randint(0, 2, shape, generator=generator) * 2 - 1).to(torch.float64) * sign
-
-    S1s, S2s = torch.zeros(terms, n_in, rank, dtype=torch.float64), torch.zeros(terms, rank, n_out, dtype=torch.float64)
-    U1s, U2s = signs(terms, rank, n_out), signs(terms, n_in, rank)
-    for t in range(terms):
-        for block, first in ((2 * t, True), (2 * t + 1, False)):
-            lo, hi = block * rank, min((block + 1) * rank, available)
-            if lo >= hi:
-                continue
-            width = hi - lo
-            V = Vt[lo:hi].t()  # out × width
-            projected = M64 @ V  # in × width
-            if first:
-                U1s[t, :width] = V.t()
-                S1s[t, :, :width] = scale * projected
-            else:
-                Q, R = torch.linalg.qr(projected)
-                U2s[t, :, :width] = Q
-                S2s[t, :width] = scale * (R @ V.t())
-    return S1s, S2s, U1s, U2s
+#: Panther's factors along the whitened output directions (the shared construction).
+sklinear_factors = _factors.sklinear_factors_along
 
 
 def output_error(N: Tensor, M: Tensor, gram: Tensor) -> float:
