@@ -5,16 +5,11 @@
 #include <cstring>
 
 #include "cpu/half.hpp"
+#include "cpu/target_clones.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SKETCHCORE_X86_F16C 1
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(SKETCHCORE_NO_CLONES)
-#define SKETCHCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SKETCHCORE_CLONES
 #endif
 
 namespace sketchcore::detail {

@@ -8,15 +8,9 @@
 // bytes in bench/test_bench_epilogue.py.
 #include "cpu/epilogue_kernels.hpp"
 
+#include "cpu/target_clones.hpp"
 #include "cpu/vector_math.hpp"
 #include "detail/philox.hpp"
-
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(__INTEL_COMPILER) && \
-    !defined(SKETCHCORE_NO_CLONES)
-#define SKETCHCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SKETCHCORE_CLONES
-#endif
 
 namespace sketchcore::detail {
 

@@ -8,22 +8,15 @@
 #include <cstring>
 #include <vector>
 
+#include "detail/bit_cast.hpp"
 #include "detail/scratch.hpp"
 #include "sketchcore/tensor.hpp"
 
 namespace sketchcore::detail {
 
-inline std::uint32_t float_bits(float f) noexcept {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+inline std::uint32_t float_bits(float f) noexcept { return bit_cast<std::uint32_t>(f); }
 
-inline float bits_float(std::uint32_t u) noexcept {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+inline float bits_float(std::uint32_t u) noexcept { return bit_cast<float>(u); }
 
 /// bfloat16 (the high half of a float32) → float32: exact.
 inline float bfloat16_to_float(std::uint16_t h) noexcept { return bits_float(std::uint32_t{h} << 16); }

@@ -13,21 +13,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "detail/bit_cast.hpp"
 
 namespace sketchcore::detail::vmath {
-
-inline std::uint64_t bits_of(double x) noexcept {
-  std::uint64_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-inline double double_of(std::uint64_t u) noexcept {
-  double x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
 
 /// e^x: 0 below −708, e^708 above 708 (so 2^n stays a normal double); NaN stays NaN.
 /// x = n·ln2 + r, |r| ≤ ln2/2, e^r by its Taylor series to r^7 (relative error < 6e-9, a tenth of
@@ -50,8 +39,8 @@ inline double exp(double x) noexcept {
   p = p * r + 1.0;
   p = p * r + 1.0;
   // The low 52 bits of `shifted` hold 2^51 + n; shifted left by 52 only n survives.
-  const std::uint64_t scale = (bits_of(shifted) << 52) + (std::uint64_t{1023} << 52);
-  return underflow ? 0.0 : p * double_of(scale);
+  const std::uint64_t scale = (bit_cast<std::uint64_t>(shifted) << 52) + (std::uint64_t{1023} << 52);
+  return underflow ? 0.0 : p * bit_cast<double>(scale);
 }
 
 /// σ(v) = 1/(1 + e^−v) and its complement 1 − σ(v) = σ(−v), both without cancellation:
@@ -103,18 +92,6 @@ inline void normal_cdf_pdf(double h, double& cdf, double& pdf) noexcept {
 
 // --- float32 throughout (16 lanes per AVX-512 vector), where the argument is exact: SiLU.
 
-inline std::uint32_t bits_of(float x) noexcept {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-inline float float_of(std::uint32_t u) noexcept {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
 /// e^x = p·2^n for float x in [−125, 0] (callers clamp): returns p (≈ e^r, |r| ≤ ln2/2, to
 /// float rounding) and sets n (an integer held in a float). ln2 = hi + lo, hi with 16
 /// significant bits so that n·hi is exact.
@@ -137,7 +114,7 @@ inline float exp_parts(float x, float& n) noexcept {
 inline float scale_pow2(float q, float n) noexcept {
   const bool deep = n < -126.0f;
   const float first = deep ? n + 64.0f : n;
-  const float f1 = float_of(static_cast<std::uint32_t>(static_cast<std::int32_t>(first) + 127) << 23);
+  const float f1 = bit_cast<float>(static_cast<std::uint32_t>(static_cast<std::int32_t>(first) + 127) << 23);
   const float f2 = deep ? 0x1p-64f : 1.0f;
   return (q * f1) * f2;
 }
