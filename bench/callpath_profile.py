@@ -11,6 +11,7 @@ this script is the breakdown behind them.
 """
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
@@ -114,8 +115,11 @@ def torch_profile(table):
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=55))
 
 
+#: A fresh process's first and second forward + backward of one layer (argv[1]) on 1 thread:
+#: prints both times in seconds, then the modules the first call imported (JSON). Also run by
+#: bench/test_bench_callpath.py.
 FIRST_CALL = textwrap.dedent("""
-    import sys, time, warnings
+    import json, sys, time, warnings
     import torch
     import sketchcore.torch as sct
     warnings.simplefilter("ignore")
@@ -133,20 +137,26 @@ FIRST_CALL = textwrap.dedent("""
         lambda: m(x, x, x)[0].sum().backward())
     before = set(sys.modules)
     t0 = time.perf_counter(); call(); t1 = time.perf_counter(); call(); t2 = time.perf_counter()
-    new = sorted(set(sys.modules) - before)
-    tops = sorted({n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("torch.") and "." in n else "")
-                   for n in new})
-    print(f"{name:<24} first {1e3 * (t1 - t0):8.1f} ms  second {1e3 * (t2 - t1):6.2f} ms  "
-          f"modules imported by the first call: {len(new)} {tops[:12]}")
+    print(t1 - t0, t2 - t1, json.dumps(sorted(set(sys.modules) - before)))
 """)
+
+
+def first_call(name):
+    """(first, second, modules imported by the first call) of FIRST_CALL in a fresh process."""
+    result = subprocess.run([sys.executable, "-c", FIRST_CALL, name], capture_output=True, text=True, check=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    first, second, modules = result.stdout.split(" ", 2)
+    return float(first), float(second), json.loads(modules)
 
 
 def first_calls():
     print("== first call vs second call, fresh process each (forward + backward)")
     for name in ("SKLinear", "LowRankLinear", "SKConv2d", "RandMultiHeadAttention"):
-        result = subprocess.run([sys.executable, "-c", FIRST_CALL, name], capture_output=True, text=True,
-                                env=dict(os.environ, PYTHONWARNINGS="ignore"))
-        print(result.stdout.strip() or result.stderr.strip()[-600:])
+        first, second, new = first_call(name)
+        tops = sorted({n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("torch.") and "." in n else "")
+                       for n in new})
+        print(f"{name:<24} first {1e3 * first:8.1f} ms  second {1e3 * second:6.2f} ms  "
+              f"modules imported by the first call: {len(new)} {tops[:12]}")
 
 
 if __name__ == "__main__":

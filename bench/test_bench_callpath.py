@@ -14,9 +14,6 @@ One thread for torch and for sketchcore. Ratios are baseline time / sketchcore t
 Run: python -m pytest bench/test_bench_callpath.py --benchmark-only
 The breakdown behind these numbers: python bench/callpath_profile.py
 """
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -99,34 +96,14 @@ def test_bare_call_on_tiny_arrays(benchmark, paired, framework):
     paired(GROUP, f"sketched_matmul {framework}", name, ours, baseline, target=1 / 1.5)
 
 
-FIRST_CALL = textwrap.dedent("""
-    import sys, time, warnings
-    import torch
-    import sketchcore.torch as sct
-    warnings.simplefilter("ignore")
-    name = sys.argv[1]
-    if name == "SKLinear":
-        m, x = sct.SKLinear(64, 64, 1, 4), torch.randn(8, 64, requires_grad=True)
-    elif name == "LowRankLinear":
-        m, x = sct.LowRankLinear(64, 64, rank=8), torch.randn(8, 64, requires_grad=True)
-    elif name == "SKConv2d":
-        m, x = sct.SKConv2d(8, 8, (3, 3), num_terms=1, low_rank=2), torch.randn(2, 8, 6, 6, requires_grad=True)
-    else:
-        m, x = sct.RandMultiHeadAttention(32, 4, 16), torch.randn(2, 5, 32, requires_grad=True)
-    call = (lambda: m(x).sum().backward()) if name != "RandMultiHeadAttention" else (
-        lambda: m(x, x, x)[0].sum().backward())
-    t0 = time.perf_counter(); call(); t1 = time.perf_counter(); call(); t2 = time.perf_counter()
-    print(t1 - t0, t2 - t1)
-""")
-
-
 @pytest.mark.parametrize("name", ["SKLinear", "LowRankLinear", "SKConv2d", "RandMultiHeadAttention"])
 def test_first_call_costs_little_more_than_the_second(benchmark, name):
     """The first forward + backward of a layer in a fresh process (no import of torch._dynamo,
     SciPy or the like on the way): measured in a subprocess, the excess over the second call."""
+    from callpath_profile import first_call  # the same fresh-process script as the profile
+
     def fresh():
-        result = subprocess.run([sys.executable, "-c", FIRST_CALL, name], capture_output=True, text=True, check=True)
-        first, second = map(float, result.stdout.split())
+        first, second, _ = first_call(name)
         return first - second
     from conftest import BOUNDS  # bench/conftest.py (imported here, as the other suites do)
     excess = benchmark.pedantic(fresh, rounds=1, iterations=1)
