@@ -43,7 +43,6 @@ def test_compressed_encoder_inference_vs_dense(paired, layer, size):
         if isinstance(module, (sct.LowRankLinear, sct.SKLinear)):
             module.register_forward_hook(lambda *args: calls.append(1))
     x = torch.randn(BATCH, TOKENS, D_MODEL)
-    torch.set_num_threads(torch.get_num_threads())
 
     def run_compressed():
         with torch.no_grad():

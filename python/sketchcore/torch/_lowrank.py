@@ -206,7 +206,7 @@ class LowRankLinear(SketchedLayer):
         return dense_copy(self, self.S)
 
     @torch.jit.unused
-    def _under_torch_func(self, x: Tensor) -> Optional[Tensor]:
+    def _python_path(self, x: Tensor) -> Optional[Tensor]:
         """The forward through the functional API: torch.func transforms and plain eager calls
         (the eager fast path: no dispatcher, no torch._dynamo import on the first call); None
         where the operator must be called (never compiled by TorchScript)."""
@@ -221,9 +221,9 @@ class LowRankLinear(SketchedLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
-            transformed = self._under_torch_func(x)
-            if transformed is not None:
-                return transformed
+            direct = self._python_path(x)
+            if direct is not None:
+                return direct
         p = self.dropout if self.training else 0.0
         y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, p,
                                                     _dropout_seed(None, p))
