@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu/epilogue_kernels.hpp"
+#include "cpu/activations_avx512.hpp"
 #include "detail/activations.hpp"
 #include "detail/philox.hpp"
 
@@ -136,6 +138,82 @@ TEST_P(Kernels, InfinityAndNanAsTheScalarFormulas) {
       }
     }
   });
+}
+
+using Forward = void (*)(float*, const float*, std::int64_t) noexcept;
+using Backward = void (*)(const float*, float*, const float*, std::int64_t) noexcept;
+
+/// One implementation of `act` (the one activation_*_f32 picks runs above too) against float64.
+void check_kernels(Activation act, Forward forward, Backward backward) {
+  const std::vector<float> z = arguments();
+  std::vector<float> y = z, g = z, dy(z.size(), 1.0f);
+  forward(y.data(), nullptr, static_cast<std::int64_t>(y.size()));
+  backward(dy.data(), g.data(), nullptr, static_cast<std::int64_t>(g.size()));
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    double terms;
+    const double want = reference(act, z[i], false, terms);
+    if (!std::isfinite(want)) continue;
+    EXPECT_LE(std::fabs(y[i] - want), 4 * ulp(want)) << "z = " << z[i] << " got " << y[i] << " want " << want;
+    const double slope = reference(act, z[i], true, terms);
+    if (!std::isfinite(slope)) continue;
+    EXPECT_LE(std::fabs(g[i] - slope), 4 * ulp(std::max(std::fabs(slope), terms)))
+        << "h = " << z[i] << " got " << g[i] << " want " << slope;
+  }
+}
+
+TEST(PortableKernels, GeluWithinFourUlp) {
+  check_kernels(Activation::gelu, d::gelu_forward_portable_f32, d::gelu_backward_portable_f32);
+}
+TEST(PortableKernels, GeluTanhWithinFourUlp) {
+  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_portable_f32, d::gelu_tanh_backward_portable_f32);
+}
+TEST(PortableKernels, SiluWithinFourUlp) {
+  check_kernels(Activation::silu, d::silu_forward_portable_f32, d::silu_backward_portable_f32);
+}
+
+#if SKETCHCORE_ACTIVATIONS_AVX512
+TEST(Avx512Kernels, GeluWithinFourUlp) {
+  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_kernels(Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
+}
+TEST(Avx512Kernels, GeluTanhWithinFourUlp) {
+  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_avx512, d::gelu_tanh_backward_avx512);
+}
+TEST(Avx512Kernels, SiluWithinFourUlp) {
+  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  check_kernels(Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
+}
+#endif
+
+/// Where both implementations exist they agree, with a bias and at lengths that are not a
+/// multiple of the vector width (the AVX-512 kernels mask the last vector).
+TEST(PortableKernels, AgreeWithTheDispatchedOnesWithBiasAndRaggedLengths) {
+  const std::pair<Activation, std::pair<Forward, Backward>> cases[] = {
+      {Activation::gelu, {d::gelu_forward_portable_f32, d::gelu_backward_portable_f32}},
+      {Activation::gelu_tanh, {d::gelu_tanh_forward_portable_f32, d::gelu_tanh_backward_portable_f32}},
+      {Activation::silu, {d::silu_forward_portable_f32, d::silu_backward_portable_f32}}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const auto& [act, kernels] : cases) {
+    for (std::int64_t n : {1, 15, 16, 17, 33, 100}) {
+      std::vector<float> y(static_cast<std::size_t>(n)), bias(y.size()), dy(y.size());
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        y[i] = normal(rng);
+        bias[i] = normal(rng);
+        dy[i] = normal(rng);
+      }
+      std::vector<float> a = y, b = y, ga = y, gb = y;
+      kernels.first(a.data(), bias.data(), n);
+      d::activation_forward_f32(act, b.data(), bias.data(), n);
+      kernels.second(dy.data(), ga.data(), bias.data(), n);
+      d::activation_backward_f32(act, dy.data(), gb.data(), bias.data(), n);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        EXPECT_LE(std::fabs(a[i] - b[i]), 8 * ulp(a[i])) << "n = " << n << " i = " << i;
+        EXPECT_LE(std::fabs(ga[i] - gb[i]), 8 * ulp(std::max(std::fabs(ga[i]), std::fabs(dy[i])))) << "n = " << n;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, Kernels,

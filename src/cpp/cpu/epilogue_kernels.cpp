@@ -8,6 +8,7 @@
 // bytes in bench/test_bench_epilogue.py.
 #include "cpu/epilogue_kernels.hpp"
 
+#include "cpu/activations_avx512.hpp"
 #include "cpu/target_clones.hpp"
 #include "cpu/vector_math.hpp"
 #include "detail/philox.hpp"
@@ -31,19 +32,6 @@ struct GeluErfF {
     double cdf, pdf;
     vmath::normal_cdf_pdf(h, cdf, pdf);
     return cdf + h * pdf;
-  }
-};
-constexpr double kGeluC = 0.79788456080286535588, kGeluA = 0.044715;
-struct GeluTanhF {  // z·σ(2u), u = c·(z + a·z³)
-  static double forward(double z) {
-    double s, sc;
-    vmath::sigmoid_pair(2.0 * kGeluC * (z + kGeluA * z * z * z), s, sc);
-    return z * s;
-  }
-  static double derivative(double h) {  // σ + h·σ·(1 − σ)·2c·(1 + 3a·h²)
-    double s, sc;
-    vmath::sigmoid_pair(2.0 * kGeluC * (h + kGeluA * h * h * h), s, sc);
-    return s + h * s * sc * (2.0 * kGeluC) * (1.0 + 3.0 * kGeluA * h * h);
   }
 };
 // The relu forward stays in float32 (it rounds nothing).
@@ -86,17 +74,42 @@ inline void backward_loop(const float* __restrict dy, float* __restrict g, const
   }
 }
 
-SKETCHCORE_CLONES void gelu_forward(float* y, const float* bias, std::int64_t n) { forward_loop<GeluErfF>(y, bias, n); }
-SKETCHCORE_CLONES void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
-  forward_loop<GeluTanhF>(y, bias, n);
+SKETCHCORE_CLONES void gelu_forward_portable(float* y, const float* bias, std::int64_t n) {
+  forward_loop<GeluErfF>(y, bias, n);
+}
+void gelu_forward(float* y, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return gelu_forward_avx512(y, bias, n);
+#endif
+  gelu_forward_portable(y, bias, n);
+}
+SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* __restrict y, const float* __restrict bias,
+                                                 std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::gelu_tanh(y[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::gelu_tanh(y[j]);
+  }
+}
+void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return gelu_tanh_forward_avx512(y, bias, n);
+#endif
+  gelu_tanh_forward_portable(y, bias, n);
 }
 // SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
-SKETCHCORE_CLONES void silu_forward(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+SKETCHCORE_CLONES void silu_forward_portable(float* __restrict y, const float* __restrict bias, std::int64_t n) {
   if (bias) {
     for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j] + bias[j]);
   } else {
     for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j]);
   }
+}
+void silu_forward(float* y, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return silu_forward_avx512(y, bias, n);
+#endif
+  silu_forward_portable(y, bias, n);
 }
 
 SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
@@ -107,22 +120,65 @@ SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restri
     for (std::int64_t j = 0; j < n; ++j) g[j] = g[j] > 0.0f ? dy[j] : dy[j] * 0.0f;
   }
 }
-SKETCHCORE_CLONES void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+SKETCHCORE_CLONES void gelu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<GeluErfF>(dy, g, bias, n);
 }
-SKETCHCORE_CLONES void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  backward_loop<GeluTanhF>(dy, g, bias, n);
+void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return gelu_backward_avx512(dy, g, bias, n);
+#endif
+  gelu_backward_portable(dy, g, bias, n);
 }
-SKETCHCORE_CLONES void silu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
-                                     std::int64_t n) {
+SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* __restrict dy, float* __restrict g,
+                                          const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::gelu_tanh_derivative(g[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::gelu_tanh_derivative(g[j]);
+  }
+}
+void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return gelu_tanh_backward_avx512(dy, g, bias, n);
+#endif
+  gelu_tanh_backward_portable(dy, g, bias, n);
+}
+SKETCHCORE_CLONES void silu_backward_portable(const float* __restrict dy, float* __restrict g,
+                                              const float* __restrict bias, std::int64_t n) {
   if (bias) {
     for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j] + bias[j]);
   } else {
     for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j]);
   }
 }
+void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
+#if SKETCHCORE_ACTIVATIONS_AVX512
+  if (activations_avx512_available()) return silu_backward_avx512(dy, g, bias, n);
+#endif
+  silu_backward_portable(dy, g, bias, n);
+}
 
 }  // namespace
+
+void gelu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
+  gelu_forward_portable(y, bias, n);
+}
+void gelu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
+  gelu_backward_portable(dy, g, bias, n);
+}
+
+void gelu_tanh_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
+  gelu_tanh_forward_portable(y, bias, n);
+}
+void gelu_tanh_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
+  gelu_tanh_backward_portable(dy, g, bias, n);
+}
+void silu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
+  silu_forward_portable(y, bias, n);
+}
+void silu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
+  silu_backward_portable(dy, g, bias, n);
+}
 
 void activation_forward_f32(Activation act, float* y, const float* bias, std::int64_t n) noexcept {
   switch (act) {

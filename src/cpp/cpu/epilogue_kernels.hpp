@@ -16,6 +16,16 @@ void activation_forward_f32(Activation act, float* y, const float* bias, std::in
 /// g[j] = dy[j] · act′(h[j] + bias[j]) for j < n, in place over h = g; `bias` contiguous or null.
 void activation_backward_f32(Activation act, const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
 
+/// The erf-GELU, GELU-tanh and SiLU kernels that activation_forward_f32/activation_backward_f32 use on CPUs
+/// without AVX-512 (cpu/activations_avx512.hpp has the others); declared so that the tests can
+/// check both on any machine.
+void gelu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
+void gelu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
+void gelu_tanh_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
+void gelu_tanh_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
+void silu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
+void silu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
+
 /// The dropout words of columns [4·group0, 4·group0 + 4·groups) of output row `row`:
 /// words[4·i + l] = word l of Philox block (row, group0 + i) (detail/philox.hpp).
 void dropout_words(std::uint32_t* words, std::uint64_t seed, std::uint64_t row, std::uint64_t group0,

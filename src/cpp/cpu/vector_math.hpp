@@ -43,17 +43,6 @@ inline double exp(double x) noexcept {
   return underflow ? 0.0 : p * bit_cast<double>(scale);
 }
 
-/// σ(v) = 1/(1 + e^−v) and its complement 1 − σ(v) = σ(−v), both without cancellation:
-/// with e = e^−|v|, the larger is 1/(1 + e) and the smaller e/(1 + e).
-inline void sigmoid_pair(double v, double& s, double& complement) noexcept {
-  const double a = v < 0.0 ? -v : v;
-  const double e = exp(-a);
-  const double inv = 1.0 / (1.0 + e);
-  const double big = inv, small = e * inv;
-  s = v < 0.0 ? small : big;
-  complement = v < 0.0 ? big : small;
-}
-
 /// erfcx(a) = e^(a²)·erfc(a) for a in [0, 10.5]: t·Q(t), t = 4/(4 + a), with Q a degree-11
 /// polynomial in s = t·kA + kB ∈ [−1, 1], fitted (weighted Chebyshev least squares against
 /// scipy.special.erfcx) to a relative error below 5e-10 on the whole interval.
@@ -90,21 +79,39 @@ inline void normal_cdf_pdf(double h, double& cdf, double& pdf) noexcept {
   pdf = tail ? 0.0 : e * 0x1.9884533d43651p-2;  // 1/√(2π)
 }
 
-// --- float32 throughout (16 lanes per AVX-512 vector), where the argument is exact: SiLU.
+// --- float32 (16 lanes per AVX-512 vector): SiLU and GELU-tanh, the latter with its argument
+// carried as a head and a tail.
 
-/// e^x = p·2^n for float x in [−125, 0] (callers clamp): returns p (≈ e^r, |r| ≤ ln2/2, to
-/// float rounding) and sets n (an integer held in a float). ln2 = hi + lo, hi with 16
-/// significant bits so that n·hi is exact.
+/// e^(x + xl) = p·2^n for float x in [−125, 0] (callers clamp) and a small tail xl (|xl| ≤
+/// 2^-20·|x|, or 0): returns p (≈ e^r, r = x + xl − n·ln2, |r| ≤ ln2/2 + 2^-12) and sets n (an
+/// integer held in a float). ln2 = hi + lo, hi with 16 significant bits so that n·hi and
+/// x − n·hi are exact; e^r by a relative minimax polynomial of degree 6 (error 0.3·2^-24).
+inline float exp_parts(float x, float xl, float& n) noexcept;
+/// e^x = p·2^n (exp_parts without a tail).
+inline float exp_parts(float x, float& n) noexcept;
+
+inline float exp_parts(float x, float xl, float& n) noexcept {
+  constexpr float kMagic = 0x1.8p23f;
+  n = (x * 0x1.715476p0f + kMagic) - kMagic;
+  const float r = (x - n * 0x1.62e4p-1f) + (xl - n * 0x1.7f7d1cp-20f);
+  float p = 0x1.6ab976p-10f;
+  p = p * r + 0x1.126d0cp-7f;
+  p = p * r + 0x1.55589ap-5f;
+  p = p * r + 0x1.55540ap-3f;
+  p = p * r + 0x1.fffffap-2f;
+  p = p * r + 1.0f;
+  return p * r + 1.0f;
+}
+
 inline float exp_parts(float x, float& n) noexcept {
   constexpr float kMagic = 0x1.8p23f;
   n = (x * 0x1.715476p0f + kMagic) - kMagic;
   const float r = (x - n * 0x1.62e4p-1f) - n * 0x1.7f7d1cp-20f;
-  float p = 0x1.a01a02p-13f;  // Taylor to r^7: relative error < 6e-9
-  p = p * r + 0x1.6c16c2p-10f;
-  p = p * r + 0x1.111112p-7f;
-  p = p * r + 0x1.555556p-5f;
-  p = p * r + 0x1.555556p-3f;
-  p = p * r + 0.5f;
+  float p = 0x1.6ab976p-10f;
+  p = p * r + 0x1.126d0cp-7f;
+  p = p * r + 0x1.55589ap-5f;
+  p = p * r + 0x1.55540ap-3f;
+  p = p * r + 0x1.fffffap-2f;
   p = p * r + 1.0f;
   return p * r + 1.0f;
 }
@@ -119,32 +126,85 @@ inline float scale_pow2(float q, float n) noexcept {
   return (q * f1) * f2;
 }
 
-/// SiLU z·σ(z) in float32 within 3 ulp: z/(1 + e) for z ≥ 0 and (z·p/(1 + e))·2^n for z < 0,
-/// with e = e^−|z| = p·2^n, so that results in the subnormal range are rounded once.
-inline float silu(float z) noexcept {
-  const float a = z < 0.0f ? -z : z;
-  const bool underflow = a > 125.0f;  // |z|·e^−|z| < 2^-151: the result rounds to zero
-  float n;
-  const float p = exp_parts(underflow ? -125.0f : -a, n);
+/// z·σ(v) and the pieces of σ(v) for float32 z and v = vh + vl (vl a small tail, or 0), with
+/// e = e^−|v| = p·2^n: the larger of σ(v), 1 − σ(v) is 1/(1 + e), the smaller e/(1 + e); results
+/// in the subnormal range are rounded once (the scaling by 2^n comes last).
+/// The pieces of σ(v): e^−|v| = p·2^n (returned, n set), inv = 1/(1 + e^−|v|), and whether
+/// |v| > 125 (e^−|v| < 2^-180: every product with it rounds to 0). Plain values, no struct: GCC
+/// vectorises the callers' loops only when every piece is a scalar.
+template <bool kTail>
+inline float logistic(float vh, float vl, float& n, float& inv, bool& underflow) noexcept {
+  const float a = vh < 0.0f ? -vh : vh;
+  underflow = a > 125.0f;
+  float p;
+  if constexpr (kTail) {
+    const float tail = vh < 0.0f ? vl : -vl;  // the tail of −|v|
+    p = exp_parts(underflow ? -125.0f : -a, underflow ? 0.0f : tail, n);
+  } else {
+    p = exp_parts(underflow ? -125.0f : -a, n);
+  }
   const float e = underflow ? 0.0f : scale_pow2(p, n);
-  const float den = 1.0f + e;
-  const float negative = underflow ? z * 0.0f : scale_pow2(z * p / den, n);
-  return z < 0.0f ? negative : z / den;
+  inv = 1.0f / (1.0f + e);
+  return p;
 }
 
-/// SiLU′ σ(h)·(1 + h·(1 − σ(h))) in float32, σ and 1 − σ without cancellation: for h ≥ 0
-/// σ = 1/(1 + e), 1 − σ = e/(1 + e); for h < 0 the result is (p/(1 + e)·(1 + h/(1 + e)))·2^n,
-/// scaled last so that subnormal results are rounded once.
-inline float silu_derivative(float h) noexcept {
-  const float a = h < 0.0f ? -h : h;
-  const bool underflow = a > 125.0f;
-  float n;
-  const float p = exp_parts(underflow ? -125.0f : -a, n);
+/// z·σ(v) for z with the sign of v (SiLU: v = z; GELU-tanh: v = 2c(z + a z³)) within 3 ulp:
+/// z/(1 + e) for v ≥ 0 and (z·p/(1 + e))·2^n for v < 0.
+template <bool kTail>
+inline float times_logistic(float z, float vh, float vl) noexcept {
+  float n, inv;
+  bool underflow;
+  const float p = logistic<kTail>(vh, vl, n, inv, underflow);
+  const float y = z * inv;
+  const float negative = underflow ? z * 0.0f : scale_pow2(y * p, n);
+  return vh < 0.0f ? negative : y;
+}
+
+/// d/dz [z·σ(v(z))] = σ + z·σ·(1 − σ)·v′ with σ and 1 − σ without cancellation: for v ≥ 0
+/// inv·(1 + z·e·inv·v′), for v < 0 (p·inv·(1 + z·inv·v′))·2^n, inv = 1/(1 + e), both formed in
+/// double and rounded once (in float, inv's and v′'s roundings reach 4 ulp).
+template <bool kTail, class Wide>
+inline float times_logistic_derivative(float z, float vh, float vl, Wide dv) noexcept {
+  float n, unused;
+  bool underflow;
+  const float p = logistic<kTail>(vh, vl, n, unused, underflow);
   const float e = underflow ? 0.0f : scale_pow2(p, n);
-  const float inv = 1.0f / (1.0f + e);
-  const float positive = inv * (1.0f + h * (e * inv));
-  const float negative = underflow ? 0.0f * (1.0f + h) : scale_pow2(p * inv * (1.0f + h * inv), n);
-  return h < 0.0f ? negative : positive;
+  // 1/(1 + e) in Wide too: it enters twice, and float's two roundings of it cost 2 ulp.
+  const Wide inv = Wide(1) / (Wide(1) + Wide(e)), zw = z;
+  const float positive = static_cast<float>(inv * (Wide(1) + zw * (Wide(e) * inv) * dv));
+  const float q = static_cast<float>(Wide(p) * inv * (Wide(1) + zw * inv * dv));
+  const float negative = underflow ? 0.0f * (1.0f + z) : scale_pow2(q, n);
+  return vh < 0.0f ? negative : positive;
+}
+
+/// SiLU z·σ(z) in float32 within 3 ulp (its argument is exact: no tail).
+inline float silu(float z) noexcept { return times_logistic<false>(z, z, 0.0f); }
+
+/// SiLU′ σ(h)·(1 + h·(1 − σ(h))).
+inline float silu_derivative(float h) noexcept { return times_logistic_derivative<false>(h, h, 0.0f, 1.0); }
+
+/// GELU-tanh's argument v = 2c·(z + a·z³) as a float head and tail: computed in double (its
+/// relative error 2^-50), so that e^−|v| carries no rounding of v, whose size reaches 125.
+inline void gelu_tanh_argument(float z, float& vh, float& vl) noexcept {
+  const double zd = z;
+  const double v = zd * (0x1.9884533d43651p+0 + 0x1.2444f2a4d8b4bp-4 * (zd * zd));  // 2c, 2c·a
+  vh = static_cast<float>(v);
+  vl = static_cast<float>(v - static_cast<double>(vh));
+}
+
+/// GELU-tanh z·σ(v), v = 2c·(z + a·z³), within 3 ulp.
+inline float gelu_tanh(float z) noexcept {
+  float vh, vl;
+  gelu_tanh_argument(z, vh, vl);
+  return times_logistic<true>(z, vh, vl);
+}
+
+/// GELU-tanh′ σ(v) + z·σ(v)·(1 − σ(v))·v′(z), v′ = 2c·(1 + 3a·z²).
+inline float gelu_tanh_derivative(float z) noexcept {
+  float vh, vl;
+  gelu_tanh_argument(z, vh, vl);
+  const double zd = z;
+  return times_logistic_derivative<true>(z, vh, vl, 0x1.9884533d43651p+0 * (1.0 + 0x1.12ba9d1f60179p-3 * (zd * zd)));
 }
 
 }  // namespace sketchcore::detail::vmath
