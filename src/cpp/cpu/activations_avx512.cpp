@@ -1,22 +1,27 @@
-// The erf-GELU z·Φ(z), SiLU z·σ(z) and their derivatives in float32 on AVX-512 (declared in
-// cpu/activations_avx512.hpp).
+// The erf-GELU z·Φ(z), GELU-tanh z·σ(v), v = 2c·(z + a·z³), SiLU z·σ(z) and their derivatives in
+// float32 on AVX-512 (declared in cpu/activations_avx512.hpp). Each is z·F(h) for z < 0 and
+// z·(1 − F(h)) for z ≥ 0 with h = |z| and F(h) = Φ(−h), σ(−v(h)) or σ(−h), so nothing cancels
+// on the negative side; each derivative is D(h) for z < 0 and 1 − D(h) for z ≥ 0.
 //
-// SiLU: with e = e^−|z| = p·2^n, z/(1 + e) for z ≥ 0 and (z/(1 + e)·p)·2^n for z < 0 (as
-// cpu/vector_math.hpp), one division, the scaling by 2^n last.
+// Near zero (|z| < 3.94 for the GELUs, 7.88 for SiLU; for activations of unit scale, all but one
+// 16-lane vector in a thousand): F and D from tables, a degree-5 polynomial per interval of
+// width 1/8 (1/4), its coefficients fetched by one two-register permute each: no exp, no
+// division, about 0.15 ns per element on one Zen 5 core (torch's own ops: 0.21–1.2).
 //
-// GELU:
-// With h = |z|: Φ(−h) = e^(−h²/2)·m(h), m(h) = ½·erfcx(h/√2) smooth and slowly varying, so
-//   gelu(z)  = z·Φ(−h)           for z < 0,   z·(1 − Φ(−h))        for z ≥ 0,
-//   gelu′(z) = e^(−h²/2)·(m(h) − h/√(2π)) = D for z < 0,   1 − D for z ≥ 0,
-// and nothing cancels on the negative side. m comes from a table: a degree-6 polynomial in
-// u = h − i/2 on each of 32 intervals [i/2, i/2 + ½) (coefficients by gelu_table_fit.py), looked
-// up with one two-register permute per coefficient, no division. e^(−h²/2) = p·2^n takes h²
-// as an exact head and tail (FMA), so its argument, up to 128, carries no rounding error;
-// the final scaling by 2^n (VSCALEFPS) rounds once, also into the subnormals.
+// Elsewhere (whole vectors with some |z| beyond):
+// - GELU: Φ(−h) = e^(−h²/2)·m(h), m(h) = ½·erfcx(h/√2) smooth, from a table of degree-6
+//   polynomials on 32 intervals of width ½; e^(−h²/2) = p·2^n with h² an exact head and tail
+//   (FMA), so that its argument, up to 128, carries no rounding error; the scaling by 2^n last
+//   (VSCALEFPS: one rounding, also into the subnormals).
+// - GELU-tanh and SiLU: e = e^−|v| = p·2^n, z/(1 + e) for z ≥ 0 and (z/(1 + e)·p)·2^n for z < 0;
+//   v formed in double and carried as a float head and tail (it reaches 150 where results are
+//   still representable); the derivatives with 1/(1 + e) to within half an ulp.
+// Tables by activation_tables_fit.py.
 //
-// Accuracy against float64: within 2.9 ulp forward and 2.7 ulp of its larger term for the
-// derivative, over every 37th float of [−15.5, 15.5] (tests/cpp/test_epilogue_kernels.cpp
-// checks 4 ulp over its own set). ±inf and NaN give what detail/activations.hpp's formulas give.
+// Accuracy against float64, every 37th float of [−200, 200] (61M points): forward within 2.8
+// (GELU), 2.6 (GELU-tanh), 2.7 (SiLU) ulp; derivatives within 2.7, 2.3, 3.0 ulp of their larger
+// term. tests/cpp/test_epilogue_kernels.cpp checks 4 ulp over its own set; ±inf and NaN give what
+// detail/activations.hpp's formulas give.
 #include "cpu/activations_avx512.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_AVX512
@@ -37,7 +42,57 @@ namespace {
 
 #define SKETCHCORE_AVX512 __attribute__((target("avx512f")))
 
-// m(i/2 + u) ≈ kMills[0][i] + kMillsTail[0][i] + Σ_{k≥1} kMills[k][i]·u^k (gelu_table_fit.py).
+// Tables by activation_tables_fit.py. Near zero, F(h) (Φ(−h), σ(−h)) and the slope's D(h) on
+// h = k·step + u, |u| ≤ step/2, as Σ_j table[j][k]·u^j (step 1/8 for GELU, 1/4 for SiLU). Everywhere: m(i/2 + u) ≈ kMills[0][i] + kMillsTail[0][i] +
+// Σ_{j≥1} kMills[j][i]·u^j, u in [0, ½).
+alignas(64) constexpr float kGeluNear[6][32] = {
+    {0x1.000000p-1f, 0x1.cd116cp-2f, 0x1.9aecbap-2f, 0x1.6a527ap-2f, 0x1.3bf144p-2f, 0x1.105e82p-2f, 0x1.d02200p-3f, 0x1.86bb50p-3f, 0x1.44ed0cp-3f, 0x1.0ad7dap-3f, 0x1.b0bdd2p-4f, 0x1.5a6196p-4f, 0x1.11a46ep-4f, 0x1.aaa65cp-5f, 0x1.482a24p-5f, 0x1.f20394p-6f, 0x1.74bcf8p-6f, 0x1.13243cp-6f, 0x1.909250p-7f, 0x1.1f85a2p-7f, 0x1.96f4e6p-8f, 0x1.1bee6cp-8f, 0x1.869044p-9f, 0x1.08c890p-9f, 0x1.61de20p-10f, 0x1.d21af4p-11f, 0x1.2e86fep-11f, 0x1.8301bep-12f, 0x1.e7dbcap-13f, 0x1.2eff80p-13f, 0x1.72d956p-14f, 0x1.bf3766p-15f},
+    {-0x1.988454p-2f, -0x1.95567ap-2f, -0x1.8bf2bap-2f, -0x1.7cc796p-2f, -0x1.6883d0p-2f, -0x1.50096cp-2f, -0x1.345d5ep-2f, -0x1.169596p-2f, -0x1.ef8e5ap-3f, -0x1.b1ec62p-3f, -0x1.7610bap-3f, -0x1.3d7712p-3f, -0x1.094086p-3f, -0x1.b46178p-4f, -0x1.616454p-4f, -0x1.19bfa2p-4f, -0x1.ba4b44p-5f, -0x1.55c740p-5f, -0x1.0402e0p-5f, -0x1.857a94p-6f, -0x1.1f2f06p-6f, -0x1.a0f22cp-7f, -0x1.29fa56p-7f, -0x1.a34ea4p-8f, -0x1.227214p-8f, -0x1.8c2226p-9f, -0x1.09f38ep-9f, -0x1.5f90f6p-10f, -0x1.c9897ep-11f, -0x1.251bf8p-11f, -0x1.71b92ep-12f, -0x1.cb2206p-13f},
+    {0x1.d5abbap-20f, 0x1.9573a2p-6f, 0x1.8c18e2p-5f, 0x1.1d76ccp-4f, 0x1.687b3cp-4f, 0x1.a42164p-4f, 0x1.ce9152p-4f, 0x1.e77b8ap-4f, 0x1.ef89f0p-4f, 0x1.e82adep-4f, 0x1.d38e72p-4f, 0x1.b4859ap-4f, 0x1.8ddd2ep-4f, 0x1.628f1ap-4f, 0x1.35381ep-4f, 0x1.08257ap-4f, 0x1.ba4bf8p-5f, 0x1.6b21c2p-5f, 0x1.24818ep-5f, 0x1.ce80c2p-6f, 0x1.66f9cep-6f, 0x1.119efep-6f, 0x1.99b6d2p-7f, 0x1.2d624cp-7f, 0x1.b3aa50p-8f, 0x1.357b54p-8f, 0x1.b02ab8p-9f, 0x1.28a284p-9f, 0x1.905766p-10f, 0x1.09a10ap-10f, 0x1.5a9dc0p-11f, 0x1.bcc8f6p-12f},
+    {0x1.100004p-4f, 0x1.0a02c6p-4f, 0x1.eed73ap-5f, 0x1.b49106p-5f, 0x1.688ca2p-5f, 0x1.10bb94p-5f, 0x1.678216p-6f, 0x1.5c8d82p-7f, 0x1.59372cp-17f, -0x1.3364e2p-7f, -0x1.185f72p-6f, -0x1.7907ccp-6f, -0x1.b9f748p-6f, -0x1.dd511ep-6f, -0x1.e5e4a6p-6f, -0x1.d89de8p-6f, -0x1.ba49d2p-6f, -0x1.907bf4p-6f, -0x1.6012cap-6f, -0x1.2d3be4p-6f, -0x1.f68af8p-7f, -0x1.99585cp-7f, -0x1.45e388p-7f, -0x1.fbcc96p-8f, -0x1.83412cp-8f, -0x1.215f9cp-8f, -0x1.a7da4cp-9f, -0x1.306c44p-9f, -0x1.aced9ep-10f, -0x1.288a22p-10f, -0x1.927768p-11f, -0x1.0c2180p-11f},
+    {0x1.a23818p-10f, -0x1.037a40p-7f, -0x1.0d979ep-6f, -0x1.2a64d4p-7f, -0x1.28272cp-6f, -0x1.c313aep-6f, -0x1.8c93e4p-6f, -0x1.423818p-6f, -0x1.38b282p-6f, -0x1.1ddc0cp-6f, -0x1.8ca2dep-7f, -0x1.51ce2cp-7f, -0x1.54b880p-8f, -0x1.513462p-9f, 0x1.418f3ap-12f, 0x1.30a1bep-9f, 0x1.20e428p-8f, 0x1.7e1544p-8f, 0x1.9f52c4p-8f, 0x1.9a1cfcp-8f, 0x1.88a174p-8f, 0x1.628282p-8f, 0x1.3a498ap-8f, 0x1.04f7d0p-8f, 0x1.b553f8p-9f, 0x1.5bc3b6p-9f, 0x1.118332p-9f, 0x1.9e9df2p-10f, 0x1.35af96p-10f, 0x1.c1e0cap-11f, 0x1.3faa9ep-11f, 0x1.bdcc7ep-12f},
+    {-0x1.4e5c64p-6f, -0x1.33e462p-7f, -0x1.496c1ap-8f, -0x1.e0e49ep-7f, -0x1.8e92b0p-8f, 0x1.905b84p-8f, 0x1.b2d14ap-9f, -0x1.26b326p-11f, 0x1.c7b7d4p-10f, 0x1.6cd6d8p-8f, 0x1.ab01c0p-9f, 0x1.c14e56p-8f, 0x1.096e8cp-8f, 0x1.65a476p-8f, 0x1.0ff194p-8f, 0x1.31bab8p-8f, 0x1.27acb2p-9f, 0x1.7203a2p-11f, 0x1.a63998p-16f, -0x1.1f4c36p-12f, -0x1.c7e02cp-11f, -0x1.fa79dap-11f, -0x1.52a9b8p-10f, -0x1.029a8cp-10f, -0x1.29fc2ep-10f, -0x1.f8ee42p-11f, -0x1.cf654ep-11f, -0x1.738ef6p-11f, -0x1.35c92ap-11f, -0x1.dd8428p-12f, -0x1.638ab4p-12f, -0x1.070900p-12f},
+};
+alignas(64) constexpr float kGeluSlopeNear[6][32] = {
+    {0x1.000000p-1f, 0x1.9a669ep-2f, 0x1.37f00cp-2f, 0x1.b70f42p-3f, 0x1.0f5eb8p-3f, 0x1.f2c4f0p-5f, 0x1.95f1e0p-11f, -0x1.8329dcp-5f, -0x1.55429ap-4f, -0x1.baa428p-4f, -0x1.f66bfep-4f, -0x1.0752eep-3f, -0x1.050e92p-3f, -0x1.efcb36p-4f, -0x1.c65a80p-4f, -0x1.93c66cp-4f, -0x1.5d1c06p-4f, -0x1.265aa4p-4f, -0x1.e4e1e4p-5f, -0x1.86a028p-5f, -0x1.341c2ap-5f, -0x1.dc423ep-6f, -0x1.68e62cp-6f, -0x1.0c4774p-6f, -0x1.876f5ap-7f, -0x1.185900p-7f, -0x1.8a5ae8p-8f, -0x1.107234p-8f, -0x1.71da90p-9f, -0x1.ed62c0p-10f, -0x1.437006p-10f, -0x1.a0d580p-11f},
+    {-0x1.988454p-1f, -0x1.922bccp-1f, -0x1.7f9324p-1f, -0x1.62018cp-1f, -0x1.3b7356p-1f, -0x1.0e6796p-1f, -0x1.bb4638p-2f, -0x1.57e0a6p-2f, -0x1.ef8e58p-3f, -0x1.3ea998p-3f, -0x1.474ea2p-4f, -0x1.15c82ep-6f, 0x1.094088p-5f, 0x1.178e72p-4f, 0x1.777a98p-4f, 0x1.ab0672p-4f, 0x1.ba4b44p-4f, 0x1.ade49cp-4f, 0x1.8e2466p-4f, 0x1.627c92p-4f, 0x1.3121f6p-4f, 0x1.fdc816p-5f, 0x1.9e601ep-5f, 0x1.486718p-5f, 0x1.fc47a2p-6f, 0x1.808728p-6f, 0x1.1ca6aep-6f, 0x1.9cadaap-7f, 0x1.251c14p-7f, 0x1.982d72p-8f, 0x1.16bc9cp-8f, 0x1.757e6ep-9f},
+    {0x1.d81848p-19f, 0x1.93a36ep-4f, 0x1.85c466p-3f, 0x1.138ca6p-2f, 0x1.51f8e0p-2f, 0x1.7b071ap-2f, 0x1.8d8052p-2f, 0x1.8a3554p-2f, 0x1.73aa14p-2f, 0x1.4db3dep-2f, 0x1.1ceec6p-2f, 0x1.cc64f6p-3f, 0x1.5c299ep-3f, 0x1.e1fb04p-4f, 0x1.21e4ccp-4f, 0x1.ffa69ap-6f, 0x1.34cf5cp-18f, -0x1.768c00p-6f, -0x1.36ca0ap-5f, -0x1.7b624ap-5f, -0x1.93da12p-5f, -0x1.8b7a30p-5f, -0x1.6ce8b4p-5f, -0x1.41673cp-5f, -0x1.104b0ep-5f, -0x1.be1234p-6f, -0x1.628270p-6f, -0x1.120aaep-6f, -0x1.9cdcd2p-7f, -0x1.2f81bap-7f, -0x1.b3fb30p-8f, -0x1.3239e8p-8f},
+    {0x1.102bc0p-2f, 0x1.06d70cp-2f, 0x1.d6b134p-3f, 0x1.814054p-3f, 0x1.15e4ccp-3f, 0x1.3dae22p-4f, 0x1.3774f2p-6f, -0x1.1f1c36p-5f, -0x1.4a6336p-4f, -0x1.d72c0cp-4f, -0x1.184e60p-3f, -0x1.2b7a66p-3f, -0x1.27aa84p-3f, -0x1.11291ep-3f, -0x1.daa236p-4f, -0x1.8358d4p-4f, -0x1.26e364p-4f, -0x1.9b1d52p-5f, -0x1.f76948p-6f, -0x1.dc5aaap-7f, -0x1.076292p-9f, 0x1.c37352p-8f, 0x1.99ec1ap-7f, 0x1.f96a76p-7f, 0x1.0a41e0p-6f, 0x1.ffb97ap-7f, 0x1.cd4868p-7f, 0x1.8b9b4ap-7f, 0x1.4597d2p-7f, 0x1.029764p-7f, 0x1.8de97ep-8f, 0x1.2963e2p-8f},
+    {0x1.a654f4p-9f, -0x1.e39056p-6f, -0x1.205a6ap-4f, -0x1.8c965cp-4f, -0x1.c0eef0p-4f, -0x1.e68250p-4f, -0x1.d31560p-4f, -0x1.9d5e00p-4f, -0x1.478326p-4f, -0x1.c7b424p-5f, -0x1.fbe7a6p-6f, -0x1.039fa4p-7f, 0x1.6fcd2ep-7f, 0x1.df4d26p-6f, 0x1.43c258p-5f, 0x1.7cc534p-5f, 0x1.66bb2cp-5f, 0x1.5cc3b8p-5f, 0x1.247500p-5f, 0x1.cf646ep-6f, 0x1.5d94c8p-6f, 0x1.e0a45ep-7f, 0x1.13ecacp-7f, 0x1.0216bcp-8f, 0x1.8295aap-16f, -0x1.4e7d00p-9f, -0x1.ecb96ep-9f, -0x1.1241c6p-8f, -0x1.1225d0p-8f, -0x1.fadb80p-9f, -0x1.b7048cp-9f, -0x1.69b17ep-9f},
+    {-0x1.4b6022p-4f, -0x1.bf996ap-5f, -0x1.804b72p-5f, -0x1.0bae0ep-5f, -0x1.29cce4p-6f, 0x1.8e44a4p-13f, 0x1.048b8ep-6f, 0x1.a3f1bcp-6f, 0x1.2dc944p-5f, 0x1.47f6d4p-5f, 0x1.4a0182p-5f, 0x1.2f9daap-5f, 0x1.0511f4p-5f, 0x1.5e3f70p-6f, 0x1.851704p-7f, 0x1.3420f8p-10f, -0x1.04635cp-10f, -0x1.3cf9aap-7f, -0x1.5f8216p-7f, -0x1.5a0ae0p-7f, -0x1.792e42p-7f, -0x1.768b1ap-7f, -0x1.2096a6p-7f, -0x1.efb618p-8f, -0x1.3d6c06p-8f, -0x1.27914ap-9f, -0x1.4a7e34p-10f, -0x1.f0f108p-12f, 0x1.83c67cp-13f, 0x1.5a7ceep-11f, 0x1.ce9036p-11f, 0x1.e80408p-11f},
+};
+alignas(64) constexpr float kGeluTanhNear[6][32] = {
+    {0x1.000000p-1f, 0x1.cd1196p-2f, 0x1.9aee04p-2f, 0x1.6a5698p-2f, 0x1.3bfa4cp-2f, 0x1.106e68p-2f, 0x1.d05230p-3f, 0x1.86fc76p-3f, 0x1.453d22p-3f, 0x1.0b3234p-3f, 0x1.b1795ep-4f, 0x1.5b13b6p-4f, 0x1.123c8ep-4f, 0x1.ab8590p-5f, 0x1.48a34ap-5f, 0x1.f21500p-6f, 0x1.73ef8ap-6f, 0x1.118edep-6f, 0x1.8c25e8p-7f, 0x1.1a396ep-7f, 0x1.8b6cccp-8f, 0x1.103a64p-8f, 0x1.701acep-9f, 0x1.e87a7ep-10f, 0x1.3dd716p-10f, 0x1.95510ap-11f, 0x1.fa1996p-12f, 0x1.352504p-12f, 0x1.71379ap-13f, 0x1.aebd2cp-14f, 0x1.ea7566p-15f, 0x1.104e78p-15f},
+    {-0x1.988454p-2f, -0x1.955280p-2f, -0x1.8be3b0p-2f, -0x1.7ca8d0p-2f, -0x1.685438p-2f, -0x1.4fcc06p-2f, -0x1.341904p-2f, -0x1.1653f8p-2f, -0x1.ef2634p-3f, -0x1.b1b338p-3f, -0x1.7614e2p-3f, -0x1.3dbe84p-3f, -0x1.09c7acp-3f, -0x1.b5d624p-4f, -0x1.6318e4p-4f, -0x1.1b86dep-4f, -0x1.bda580p-5f, -0x1.58a19ap-5f, -0x1.06289ap-5f, -0x1.882992p-6f, -0x1.204310p-6f, -0x1.a03e64p-7f, -0x1.26ffdap-7f, -0x1.9a2f3ep-8f, -0x1.178bf2p-8f, -0x1.753c28p-9f, -0x1.e7bfcap-10f, -0x1.37b01ap-10f, -0x1.8546c2p-11f, -0x1.dab3b6p-12f, -0x1.1a5e3cp-12f, -0x1.477186p-13f},
+    {0x1.d5aa24p-20f, 0x1.97ba0cp-6f, 0x1.8ded1ap-5f, 0x1.1ea6ecp-4f, 0x1.6966d4p-4f, 0x1.a4addap-4f, 0x1.ceb248p-4f, 0x1.e70baep-4f, 0x1.ee6442p-4f, 0x1.e6794ep-4f, 0x1.d18ab4p-4f, 0x1.b271b6p-4f, 0x1.8c0d36p-4f, 0x1.61393ap-4f, 0x1.348fb6p-4f, 0x1.0834a4p-4f, 0x1.bbbdf8p-5f, 0x1.6d9ac0p-5f, 0x1.279c64p-5f, 0x1.d5107ep-6f, 0x1.6d24f0p-6f, 0x1.16d140p-6f, 0x1.a178e0p-7f, 0x1.324a78p-7f, 0x1.b82a3cp-8f, 0x1.358f00p-8f, 0x1.a9d796p-9f, 0x1.1e3ffcp-9f, 0x1.77c736p-10f, 0x1.e152fep-11f, 0x1.2c8186p-11f, 0x1.6d7f4ap-12f},
+    {0x1.11591ap-4f, 0x1.0b1bdcp-4f, 0x1.f03d76p-5f, 0x1.b4a2e8p-5f, 0x1.67abc2p-5f, 0x1.0ed8dep-5f, 0x1.61156cp-6f, 0x1.4d6a36p-7f, -0x1.b88bcep-12f, -0x1.3da7f6p-7f, -0x1.1a9f4ep-6f, -0x1.7803bap-6f, -0x1.b60092p-6f, -0x1.d6aed2p-6f, -0x1.de43a6p-6f, -0x1.d0e64ep-6f, -0x1.b3e2bcp-6f, -0x1.8c02bcp-6f, -0x1.5e01f4p-6f, -0x1.2d54c2p-6f, -0x1.fa657cp-7f, -0x1.9fb41ap-7f, -0x1.4d6a8cp-7f, -0x1.055f2ep-7f, -0x1.906b40p-8f, -0x1.2ba434p-8f, -0x1.b5dc16p-9f, -0x1.382f8cp-9f, -0x1.b2102ep-10f, -0x1.261064p-10f, -0x1.83e9e8p-11f, -0x1.f1d7fap-12f},
+    {0x1.a23244p-10f, -0x1.ada3aep-7f, -0x1.3f54f4p-6f, -0x1.1dc816p-6f, -0x1.b7c0f6p-7f, -0x1.3cfe62p-6f, -0x1.767a68p-6f, -0x1.89f7f2p-6f, -0x1.549850p-6f, -0x1.3de10ap-6f, -0x1.d89c68p-7f, -0x1.6c023cp-7f, -0x1.a43e92p-8f, -0x1.cf621ep-10f, 0x1.5b4f30p-11f, 0x1.723cccp-9f, 0x1.2c8744p-8f, 0x1.779a86p-8f, 0x1.773bd2p-8f, 0x1.89ca50p-8f, 0x1.79c6b2p-8f, 0x1.56a0c0p-8f, 0x1.357b3ep-8f, 0x1.0932a4p-8f, 0x1.c0011ap-9f, 0x1.6af522p-9f, 0x1.1e7888p-9f, 0x1.b5ed06p-10f, 0x1.47978cp-10f, 0x1.d95d22p-11f, 0x1.4df112p-11f, 0x1.c850acp-12f},
+    {-0x1.521438p-6f, -0x1.e8aa28p-9f, -0x1.51888ep-12f, -0x1.6a2c70p-8f, -0x1.5e95b8p-7f, -0x1.978b68p-8f, 0x1.a1001ep-10f, 0x1.1ba47ep-8f, 0x1.96114cp-8f, 0x1.40e5d2p-7f, 0x1.d7f0a8p-8f, 0x1.3a4df6p-7f, 0x1.fcd202p-8f, 0x1.c800b2p-9f, 0x1.f927e8p-9f, 0x1.2da88ep-9f, 0x1.8208b0p-10f, -0x1.1d638cp-15f, 0x1.017ef2p-10f, -0x1.98a644p-13f, -0x1.75dacap-11f, -0x1.342adcp-11f, -0x1.f6fe4ap-11f, -0x1.06a1f6p-10f, -0x1.20a62cp-10f, -0x1.080506p-10f, -0x1.d54ad4p-11f, -0x1.83bbc4p-11f, -0x1.46e92ep-11f, -0x1.f67204p-12f, -0x1.85872cp-12f, -0x1.201862p-12f},
+};
+alignas(64) constexpr float kGeluTanhSlopeNear[6][32] = {
+    {0x1.000000p-1f, 0x1.9a6746p-2f, 0x1.37f518p-2f, 0x1.b72e94p-3f, 0x1.0fa05ep-3f, 0x1.f47722p-5f, 0x1.16546ep-10f, -0x1.8059eep-5f, -0x1.53d226p-4f, -0x1.b96ed8p-4f, -0x1.f5bad6p-4f, -0x1.075c1cp-3f, -0x1.058d3cp-3f, -0x1.f1b930p-4f, -0x1.c919eap-4f, -0x1.97179ep-4f, -0x1.60a99ep-4f, -0x1.29c7fap-4f, -0x1.ead1e2p-5f, -0x1.8b2302p-5f, -0x1.36e63ap-5f, -0x1.de434cp-6f, -0x1.679c74p-6f, -0x1.084a4ep-6f, -0x1.7b9708p-7f, -0x1.0a41eep-7f, -0x1.6caa3ap-8f, -0x1.e7548cp-9f, -0x1.3d8a70p-9f, -0x1.93470cp-10f, -0x1.f2c95cp-11f, -0x1.2c3112p-11f},
+    {-0x1.988454p-1f, -0x1.9223eep-1f, -0x1.7f7632p-1f, -0x1.61c95cp-1f, -0x1.3b23b8p-1f, -0x1.0e0ec8p-1f, -0x1.baaed0p-2f, -0x1.579638p-2f, -0x1.efeb64p-3f, -0x1.402976p-3f, -0x1.4c846cp-4f, -0x1.315042p-6f, 0x1.f40294p-6f, 0x1.1055f6p-4f, 0x1.71c83cp-4f, 0x1.a7b9dap-4f, 0x1.b9db3ap-4f, 0x1.b04e52p-4f, 0x1.92f4f8p-4f, 0x1.68efd2p-4f, 0x1.384d18p-4f, 0x1.05e170p-4f, 0x1.aa865cp-5f, 0x1.51be48p-5f, 0x1.043d9cp-5f, 0x1.866150p-6f, 0x1.1d07f0p-6f, 0x1.951faep-7f, 0x1.182610p-7f, 0x1.78dc38p-8f, 0x1.ecdbc0p-9f, 0x1.39254cp-9f},
+    {0x1.d81208p-19f, 0x1.95c3e2p-4f, 0x1.876678p-3f, 0x1.146394p-2f, 0x1.528beep-2f, 0x1.7afea6p-2f, 0x1.8cb1eep-2f, 0x1.88a0fcp-2f, 0x1.7185f2p-2f, 0x1.4b6292p-2f, 0x1.1aead2p-2f, 0x1.c9df64p-3f, 0x1.5bc1f6p-3f, 0x1.e5e66ep-4f, 0x1.29f28ep-4f, 0x1.158538p-5f, 0x1.78807ep-9f, -0x1.4b71f4p-6f, -0x1.2659a4p-5f, -0x1.71e878p-5f, -0x1.91ce64p-5f, -0x1.90210cp-5f, -0x1.7688b6p-5f, -0x1.4dd56ap-5f, -0x1.1d6bf4p-5f, -0x1.d622d6p-6f, -0x1.75f742p-6f, -0x1.1fc2f0p-6f, -0x1.accceep-7f, -0x1.357b7ep-7f, -0x1.b0ce6ap-8f, -0x1.252ecep-8f},
+    {0x1.1184d6p-2f, 0x1.07fe28p-2f, 0x1.d7cd3ep-3f, 0x1.809a40p-3f, 0x1.137a30p-3f, 0x1.362898p-4f, 0x1.14d708p-6f, -0x1.2e2bc6p-5f, -0x1.4e99f0p-4f, -0x1.d69314p-4f, -0x1.15680ep-3f, -0x1.266b76p-3f, -0x1.216c5ep-3f, -0x1.0b0f28p-3f, -0x1.d1268cp-4f, -0x1.7e5fe4p-4f, -0x1.270f46p-4f, -0x1.a4f7a6p-5f, -0x1.0c5308p-5f, -0x1.15c9acp-6f, -0x1.1f3914p-8f, 0x1.44158ap-8f, 0x1.6fe0e0p-7f, 0x1.e6ff08p-7f, 0x1.0bdf22p-6f, 0x1.0993a8p-6f, 0x1.e9ee6ep-7f, 0x1.ab0b44p-7f, 0x1.62bb40p-7f, 0x1.1a2cf6p-7f, 0x1.af2f18p-8f, 0x1.3cfa00p-8f},
+    {0x1.a64a74p-9f, -0x1.64f78ap-5f, -0x1.35c530p-4f, -0x1.8b885cp-4f, -0x1.d56320p-4f, -0x1.e7502ap-4f, -0x1.d2f8e6p-4f, -0x1.9b0df2p-4f, -0x1.443aaap-4f, -0x1.bc65e2p-5f, -0x1.e06e90p-6f, -0x1.870586p-8f, 0x1.061622p-6f, 0x1.f09d04p-6f, 0x1.3ec43ep-5f, 0x1.5e64ecp-5f, 0x1.4f8e16p-5f, 0x1.46e960p-5f, 0x1.21a99cp-5f, 0x1.d55fb4p-6f, 0x1.5c06fcp-6f, 0x1.fa9064p-7f, 0x1.327e56p-7f, 0x1.2809cep-8f, 0x1.4f0d68p-10f, -0x1.6fb3a6p-10f, -0x1.a81ff0p-9f, -0x1.160084p-8f, -0x1.28a2cap-8f, -0x1.1aa762p-8f, -0x1.f35498p-9f, -0x1.9e00fap-9f},
+    {-0x1.50f56ep-4f, -0x1.e4150ep-5f, -0x1.a2278cp-5f, -0x1.fc4858p-6f, -0x1.0f71dep-6f, -0x1.68057ap-11f, 0x1.2859c8p-6f, 0x1.cdb848p-6f, 0x1.3ccd40p-5f, 0x1.536dbap-5f, 0x1.4cb94ep-5f, 0x1.1fecaap-5f, 0x1.9d426ap-6f, 0x1.17a57ep-6f, 0x1.2f2f84p-7f, 0x1.6b27b0p-9f, 0x1.43ed08p-12f, -0x1.d05954p-8f, -0x1.5b8fb8p-7f, -0x1.6cc11ap-7f, -0x1.1f4680p-7f, -0x1.30721ep-7f, -0x1.f36812p-8f, -0x1.80e61cp-8f, -0x1.6228f6p-8f, -0x1.0b82a6p-8f, -0x1.309688p-9f, -0x1.bffbdap-11f, 0x1.b0545cp-14f, 0x1.751ffap-11f, 0x1.04b2dep-10f, 0x1.1aef02p-10f},
+};
+alignas(64) constexpr float kSiluNear[6][32] = {
+    {0x1.000000p-1f, 0x1.c054cep-2f, 0x1.829a06p-2f, 0x1.488562p-2f, 0x1.136562p-2f, 0x1.c81702p-3f, 0x1.759b84p-3f, 0x1.2f335ep-3f, 0x1.e84152p-4f, 0x1.868d2ap-4f, 0x1.36b712p-4f, 0x1.ec3ad6p-5f, 0x1.848344p-5f, 0x1.31c828p-5f, 0x1.e04068p-6f, 0x1.787614p-6f, 0x1.26afa2p-6f, 0x1.ccd642p-7f, 0x1.680528p-7f, 0x1.19112ap-7f, 0x1.b69f68p-8f, 0x1.561b2ep-8f, 0x1.0abd94p-8f, 0x1.9fd992p-9f, 0x1.441778p-9f, 0x1.f914fap-10f, 0x1.8986a2p-10f, 0x1.329482p-10f, 0x1.dda738p-11f, 0x1.74125ap-11f, 0x1.21d0b2p-11f, 0x1.c378cap-12f},
+    {-0x1.000000p-2f, -0x1.f81526p-3f, -0x1.e149a2p-3f, -0x1.be3fbcp-3f, -0x1.92a948p-3f, -0x1.6284c2p-3f, -0x1.3173b2p-3f, -0x1.02500ap-3f, -0x1.ae0dc0p-4f, -0x1.615004p-4f, -0x1.1f2514p-4f, -0x1.cea744p-5f, -0x1.721652p-5f, -0x1.265e34p-5f, -0x1.d22ca2p-6f, -0x1.6fcfa8p-6f, -0x1.2162c2p-6f, -0x1.c65b1cp-7f, -0x1.64108ap-7f, -0x1.16a7fcp-7f, -0x1.b3afe2p-8f, -0x1.545202p-8f, -0x1.09a7a6p-8f, -0x1.9e87d0p-9f, -0x1.434a52p-9f, -0x1.f81bdap-10f, -0x1.88ef66p-10f, -0x1.3238b8p-10f, -0x1.dd37d0p-11f, -0x1.73cec2p-11f, -0x1.21a7aep-11f, -0x1.c34706p-12f},
+    {-0x1.7f5edcp-29f, 0x1.f56396p-7f, 0x1.d76e4cp-6f, 0x1.3fc650p-5f, 0x1.741bcep-5f, 0x1.89406ep-5f, 0x1.83fea4p-5f, 0x1.6bac28p-5f, 0x1.4789a4p-5f, 0x1.1dec2ap-5f, 0x1.e7227ep-6f, 0x1.9710b8p-6f, 0x1.4efb08p-6f, 0x1.1064a6p-6f, 0x1.b6d8cep-7f, 0x1.5ee4fcp-7f, 0x1.16f964p-7f, 0x1.b98ffep-8f, 0x1.5c3c26p-8f, 0x1.11dee8p-8f, 0x1.adda3cp-9f, 0x1.50c108p-9f, 0x1.077f84p-9f, 0x1.9be6cep-10f, 0x1.41add8p-10f, 0x1.f6286ep-11f, 0x1.87c472p-11f, 0x1.317ed8p-11f, 0x1.dc5bd4p-12f, 0x1.7344aap-12f, 0x1.21531ap-12f, 0x1.c2e0e8p-13f},
+    {0x1.5555f6p-6f, 0x1.407e74p-6f, 0x1.072f78p-6f, 0x1.6de9b6p-7f, 0x1.821af6p-8f, 0x1.236526p-10f, -0x1.56533cp-9f, -0x1.4f2828p-8f, -0x1.a8751ep-8f, -0x1.c66d12p-8f, -0x1.bb8a6ap-8f, -0x1.97e2f0p-8f, -0x1.67b304p-8f, -0x1.33dd00p-8f, -0x1.01b9d2p-8f, -0x1.a84c1ap-9f, -0x1.58f646p-9f, -0x1.15af3ap-9f, -0x1.bbcd4ap-10f, -0x1.609438p-10f, -0x1.16de70p-10f, -0x1.b78e30p-11f, -0x1.599a4cp-11f, -0x1.0f1e20p-11f, -0x1.a8a1d2p-12f, -0x1.4c2ae4p-12f, -0x1.03a0f8p-12f, -0x1.956610p-13f, -0x1.3c7074p-13f, -0x1.ed9280p-14f, -0x1.80e83ep-14f, -0x1.2c106cp-14f},
+    {-0x1.5e8f48p-19f, -0x1.305cb2p-9f, -0x1.0a8e2cp-8f, -0x1.39ed02p-8f, -0x1.3a1570p-8f, -0x1.2451bep-8f, -0x1.83edb8p-9f, -0x1.0a92a8p-9f, -0x1.f51bf6p-11f, 0x1.1c77d2p-19f, 0x1.01c7fep-11f, 0x1.47bd6cp-11f, 0x1.9f13b6p-11f, 0x1.9b20acp-11f, 0x1.7f69ccp-11f, 0x1.640f44p-11f, 0x1.26de32p-11f, 0x1.f8c616p-12f, 0x1.99849ep-12f, 0x1.4d3a56p-12f, 0x1.091ebep-12f, 0x1.b2b896p-13f, 0x1.48860ep-13f, 0x1.0793e8p-13f, 0x1.ad218ap-14f, 0x1.4b6d44p-14f, 0x1.f509acp-15f, 0x1.9bd328p-15f, 0x1.350e2ap-15f, 0x1.f6fb38p-16f, 0x1.89c4d8p-16f, 0x1.307054p-16f},
+    {-0x1.0ef730p-9f, -0x1.f702f4p-10f, -0x1.6534fap-10f, -0x1.3019bap-11f, 0x1.6ce840p-13f, 0x1.0bfdb0p-10f, 0x1.d77c78p-11f, 0x1.072c32p-10f, 0x1.a85a4ep-11f, 0x1.95726cp-12f, 0x1.ac8608p-13f, 0x1.8dfabcp-13f, 0x1.52e596p-15f, -0x1.ae6484p-16f, -0x1.de96fcp-15f, -0x1.a6850cp-14f, -0x1.36d338p-14f, -0x1.528754p-14f, -0x1.0b77c4p-14f, -0x1.d4add2p-15f, -0x1.7e4e98p-15f, -0x1.731006p-15f, -0x1.d466fap-16f, -0x1.83f952p-16f, -0x1.6d33dap-16f, -0x1.15af32p-16f, -0x1.5a4d82p-17f, -0x1.604b46p-17f, -0x1.b6acdep-18f, -0x1.be0d68p-18f, -0x1.4a9cbap-18f, -0x1.f76b56p-19f},
+};
+alignas(64) constexpr float kSiluSlopeNear[6][32] = {
+    {0x1.000000p-1f, 0x1.81522ap-2f, 0x1.0a479ep-2f, 0x1.425af6p-3f, 0x1.2842f8p-4f, 0x1.9e21d4p-8f, -0x1.52481ep-5f, -0x1.29b166p-4f, -0x1.73da30p-4f, -0x1.9466dcp-4f, -0x1.97259ep-4f, -0x1.860894p-4f, -0x1.68dfdap-4f, -0x1.457500p-4f, -0x1.1fd6f4p-4f, -0x1.f56a50p-5f, -0x1.af6db4p-5f, -0x1.6f8b3ep-5f, -0x1.369152p-5f, -0x1.04a332p-5f, -0x1.b2f400p-6f, -0x1.6924d6p-6f, -0x1.2a971ep-6f, -0x1.ebecd8p-7f, -0x1.93e99cp-7f, -0x1.4ab322p-7f, -0x1.0e11b0p-7f, -0x1.b81a96p-8f, -0x1.65dbf0p-8f, -0x1.227114p-8f, -0x1.d6a63ap-9f, -0x1.7cbdb4p-9f},
+    {-0x1.000000p-1f, -0x1.f03f40p-2f, -0x1.c3d18ap-2f, -0x1.8247bcp-2f, -0x1.359f76p-2f, -0x1.cf446ep-3f, -0x1.3fe484p-3f, -0x1.8cda84p-4f, -0x1.9a1bfap-5f, -0x1.fa2618p-7f, 0x1.1549b4p-7f, 0x1.84301ap-6f, 0x1.08c6e6p-5f, 0x1.2889fcp-5f, 0x1.2dcdfcp-5f, 0x1.22246cp-5f, 0x1.0c90e4p-5f, 0x1.e3fe4cp-6f, 0x1.ab79fcp-6f, 0x1.73cc8ap-6f, 0x1.3f79aep-6f, 0x1.0fd8d0p-6f, 0x1.caf2fap-7f, 0x1.80d75cp-7f, 0x1.40e466p-7f, 0x1.0a4a48p-7f, 0x1.b82290p-8f, 0x1.6a6deep-8f, 0x1.29801cp-8f, 0x1.e70a80p-9f, 0x1.8dacdap-9f, 0x1.43faacp-9f},
+    {-0x1.7901c0p-26f, 0x1.f03722p-5f, 0x1.c4468ap-4f, 0x1.234f2ap-3f, 0x1.3b48dap-3f, 0x1.2f7baap-3f, 0x1.0aedc2p-3f, 0x1.b388dap-4f, 0x1.4c28e0p-4f, 0x1.da44ecp-5f, 0x1.3ad172p-5f, 0x1.7c02c2p-6f, 0x1.874848p-7f, 0x1.0afd76p-8f, -0x1.23ffdep-10f, -0x1.198510p-8f, -0x1.8be07ap-8f, -0x1.bd9608p-8f, -0x1.c51bc6p-8f, -0x1.b267b0p-8f, -0x1.910104p-8f, -0x1.685660p-8f, -0x1.3d92e2p-8f, -0x1.13a4c8p-8f, -0x1.d8fe5ap-9f, -0x1.91f4dap-9f, -0x1.52f190p-9f, -0x1.1bfd00p-9f, -0x1.d951acp-10f, -0x1.888dfcp-10f, -0x1.444ea0p-10f, -0x1.0af998p-10f},
+    {0x1.555690p-4f, 0x1.3640e8p-4f, 0x1.c6b4b0p-5f, 0x1.d94ba8p-6f, 0x1.847eacp-9f, -0x1.17fa36p-6f, -0x1.ddb502p-6f, -0x1.147b6ap-5f, -0x1.0cf0c0p-5f, -0x1.d596a8p-6f, -0x1.7b2e34p-6f, -0x1.1f9856p-6f, -0x1.9ca142p-7f, -0x1.180a3ep-7f, -0x1.649692p-8f, -0x1.9fa8aep-9f, -0x1.9ebbd2p-10f, -0x1.0fac7ep-11f, 0x1.4e2872p-13f, 0x1.261886p-11f, 0x1.962a84p-11f, 0x1.c3d096p-11f, 0x1.c8183ep-11f, 0x1.b286d4p-11f, 0x1.8f5b2ap-11f, 0x1.65a040p-11f, 0x1.3a4666p-11f, 0x1.1048cep-11f, 0x1.d28c96p-12f, 0x1.8bf1e6p-12f, 0x1.4d9e8cp-12f, 0x1.175cf4p-12f},
+    {-0x1.580572p-16f, -0x1.d0eb52p-7f, -0x1.8d0d76p-6f, -0x1.be5a3ap-6f, -0x1.804578p-6f, -0x1.08bc88p-6f, -0x1.08e4b0p-7f, -0x1.838e48p-10f, 0x1.6d382ap-9f, 0x1.543fd2p-8f, 0x1.7ad1d8p-8f, 0x1.5a79eep-8f, 0x1.276aacp-8f, 0x1.d2b7bcp-9f, 0x1.55e152p-9f, 0x1.e88712p-10f, 0x1.52ea96p-10f, 0x1.a5d6f0p-11f, 0x1.14fb32p-11f, 0x1.0490dap-12f, 0x1.4a0388p-13f, 0x1.8b9936p-16f, 0x1.08ea18p-17f, -0x1.1c8cccp-14f, -0x1.208202p-14f, -0x1.59faacp-14f, -0x1.7a8668p-14f, -0x1.59beaep-14f, -0x1.1ffeecp-14f, -0x1.1d9ccap-14f, -0x1.c7538ep-15f, -0x1.7a70d2p-15f},
+    {-0x1.95749ep-7f, -0x1.5182fcp-7f, -0x1.4c0102p-8f, 0x1.85ecdcp-11f, 0x1.45f43cp-8f, 0x1.ae8002p-8f, 0x1.9062c4p-8f, 0x1.220e78p-8f, 0x1.558860p-9f, 0x1.023032p-10f, -0x1.5da236p-16f, -0x1.00f126p-11f, -0x1.82dceep-11f, -0x1.903132p-11f, -0x1.4d7a82p-11f, -0x1.05f00ap-11f, -0x1.a26d9ep-12f, -0x1.21d36ep-12f, -0x1.c51fd6p-13f, -0x1.d42c38p-14f, -0x1.c6246cp-14f, -0x1.75e1aep-15f, -0x1.f8181ap-15f, -0x1.a8a456p-17f, -0x1.be28fap-17f, -0x1.98672ep-22f, 0x1.375572p-17f, 0x1.2337f2p-17f, 0x1.152864p-18f, 0x1.3d29b4p-17f, 0x1.79863ap-18f, 0x1.951cd6p-19f},
+};
 alignas(64) constexpr float kMillsTail[1][32] = {
     {0x0.0p+0f, 0x1.a98496p-27f, 0x1.cef990p-33f, -0x1.a5db52p-29f, 0x1.5a54aap-28f, 0x1.8b805cp-30f, 0x1.18f4dcp-31f, -0x1.870ed0p-31f, -0x1.cdac8cp-30f, -0x1.89d408p-29f, 0x1.698ef8p-29f, -0x1.b4c90ap-29f, 0x1.8f62bep-29f, 0x1.6c52cap-31f, 0x1.c91126p-30f, 0x1.7b77fcp-30f, 0x1.7a8670p-32f, -0x1.df6f06p-30f, -0x1.18fceap-31f, -0x1.a112a0p-30f, 0x1.c8dda8p-30f, -0x1.65c104p-32f, -0x1.999ac8p-32f, 0x1.c1f41cp-31f, -0x1.c4d9cep-30f, -0x1.f87c00p-30f, 0x1.7a2c42p-32f, -0x1.e0dc40p-32f, -0x1.23e682p-31f, -0x1.818422p-34f, 0x1.a21c28p-31f, 0x1.537a82p-31f},
 };
@@ -92,6 +147,40 @@ SKETCHCORE_AVX512 inline __m512 normal_tail(__m512 h, __m512& p, __m512& n) {
   return m;
 }
 
+using NearTable = float[6][32];
+
+/// F(h) or D(h) for h in [0, 31.5·step): the polynomial of h's interval k = round(h/step) in
+/// u = h − k·step (exact). The magic-number rounding leaves k in the low bits of `rounded`, which
+/// the permutes read as their index.
+template <const NearTable& kTable, int kPerUnit>
+SKETCHCORE_AVX512 inline __m512 near_zero(__m512 h) {
+  const __m512 magic = _mm512_set1_ps(0x1.8p23f);
+  const __m512 rounded = _mm512_fmadd_ps(h, _mm512_set1_ps(float(kPerUnit)), magic);
+  const __m512i index = _mm512_castps_si512(rounded);
+  const __m512 u = _mm512_fmadd_ps(_mm512_sub_ps(rounded, magic), _mm512_set1_ps(-1.0f / kPerUnit), h);
+  __m512 r = lookup(kTable[5], index);
+  for (int j = 4; j >= 0; --j) r = _mm512_fmadd_ps(r, u, lookup(kTable[j], index));
+  return r;
+}
+
+/// z·F(h) for z < 0, z·(1 − F(h)) for z ≥ 0 (GELU: F = Φ(−h); SiLU: σ(−h)).
+SKETCHCORE_AVX512 inline __m512 times_near(__m512 z, __m512 f) {
+  const __mmask16 positive = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mul_ps(z, _mm512_mask_sub_ps(f, positive, _mm512_set1_ps(1.0f), f));
+}
+
+/// D(h) for z < 0, 1 − D(h) for z ≥ 0.
+SKETCHCORE_AVX512 inline __m512 slope_near(__m512 z, __m512 d) {
+  const __mmask16 positive = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_sub_ps(d, positive, _mm512_set1_ps(1.0f), d);
+}
+
+/// True when every lane of h is below `limit` (NaN is not), the near-zero tables' end.
+SKETCHCORE_AVX512 inline bool all_below(__m512 h, float limit) {
+  return _mm512_cmp_ps_mask(h, _mm512_set1_ps(limit), _CMP_LT_OQ) == __mmask16(0xFFFF);
+}
+constexpr float kGeluNearLimit = 31.5f / 8, kSiluNearLimit = 31.5f / 4;
+
 SKETCHCORE_AVX512 inline __m512 gelu16(__m512 z) {
   const __m512 a = _mm512_abs_ps(z), zero = _mm512_setzero_ps(), clamp = _mm512_set1_ps(kClamp);
   __m512 p, n;
@@ -117,6 +206,16 @@ SKETCHCORE_AVX512 inline __m512 gelu_derivative16(__m512 z) {
   q = _mm512_mask_mul_ps(q, beyond, a, zero);  // 0, or NaN for ±inf and NaN (as the formula)
   const __m512 d = _mm512_scalef_ps(q, n);
   return _mm512_mask_blend_ps(negative, _mm512_sub_ps(_mm512_set1_ps(1.0f), d), d);
+}
+
+/// GELU and its derivative by the near-zero tables when a whole vector allows, else in full.
+SKETCHCORE_AVX512 inline __m512 gelu_any16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kGeluNearLimit) ? times_near(z, near_zero<kGeluNear, 8>(h)) : gelu16(z);
+}
+SKETCHCORE_AVX512 inline __m512 gelu_derivative_any16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kGeluNearLimit) ? slope_near(z, near_zero<kGeluSlopeNear, 8>(h)) : gelu_derivative16(z);
 }
 
 /// Beyond this |v| the logistic's e^−|v| is below 2^-216: every result is 0, z, 1 or NaN.
@@ -160,9 +259,9 @@ SKETCHCORE_AVX512 inline __m512 times_logistic(__m512 z, __m512 vh, __m512 vl) {
   return _mm512_mask_blend_ps(negative, y, _mm512_scalef_ps(q, n));
 }
 
-SKETCHCORE_AVX512 inline __m512 silu16(__m512 z) { return times_logistic<false>(z, z, _mm512_setzero_ps()); }
+SKETCHCORE_AVX512 inline __m512 silu_far16(__m512 z) { return times_logistic<false>(z, z, _mm512_setzero_ps()); }
 
-SKETCHCORE_AVX512 inline __m512 silu_derivative16(__m512 z) {
+SKETCHCORE_AVX512 inline __m512 silu_derivative_far16(__m512 z) {
   __m512 n, inv;
   __mmask16 negative, beyond;
   const __m512 p = logistic<false, true>(z, _mm512_setzero_ps(), n, inv, negative, beyond);
@@ -173,6 +272,16 @@ SKETCHCORE_AVX512 inline __m512 silu_derivative16(__m512 z) {
   __m512 q = _mm512_mul_ps(_mm512_mul_ps(p, inv), _mm512_fmadd_ps(z, inv, one));
   q = _mm512_mask_mul_ps(q, negative & beyond, z, _mm512_setzero_ps());  // −0·…, NaN for −inf
   return _mm512_mask_blend_ps(negative, positive, _mm512_scalef_ps(q, n));
+}
+
+/// SiLU and its derivative by the near-zero tables when a whole vector allows, else in full.
+SKETCHCORE_AVX512 inline __m512 silu16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kSiluNearLimit) ? times_near(z, near_zero<kSiluNear, 4>(h)) : silu_far16(z);
+}
+SKETCHCORE_AVX512 inline __m512 silu_derivative16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kSiluNearLimit) ? slope_near(z, near_zero<kSiluSlopeNear, 4>(h)) : silu_derivative_far16(z);
 }
 
 // GELU-tanh: z·σ(v), v = 2c·(z + a·z³), c = √(2/π), a = 0.044715. v reaches 150 where the result
@@ -197,7 +306,7 @@ SKETCHCORE_AVX512 inline void gelu_tanh_argument(__m512d z0, __m512d z1, __m512&
   vl = join(_mm512_sub_pd(v0, low_half(vh)), _mm512_sub_pd(v1, high_half(vh)));
 }
 
-SKETCHCORE_AVX512 inline __m512 gelu_tanh16(__m512 z) {
+SKETCHCORE_AVX512 inline __m512 gelu_tanh_far16(__m512 z) {
   __m512 vh, vl;
   gelu_tanh_argument(low_half(z), high_half(z), vh, vl);
   return times_logistic<true>(z, vh, vl);
@@ -212,7 +321,7 @@ SKETCHCORE_AVX512 inline __m512d tanh_bracket(__m512d z, __m512d p, __m512d inv)
 
 /// σ + z·σ·(1 − σ)·v′, v′ = 2c·(1 + 3a·z²): for v ≥ 0 inv·(1 + z·e·inv·v′) in float; for v < 0
 /// (p·inv·(1 + z·inv·v′))·2^n with the product in double (v′ and the bracket lose bits in float).
-SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative16(__m512 z) {
+SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative_far16(__m512 z) {
   const __m512d z0 = low_half(z), z1 = high_half(z);
   __m512 vh, vl, n, inv;
   gelu_tanh_argument(z0, z1, vh, vl);
@@ -228,6 +337,17 @@ SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative16(__m512 z) {
   __m512 q = join(tanh_bracket(z0, low_half(p), low_half(inv)), tanh_bracket(z1, high_half(p), high_half(inv)));
   q = _mm512_mask_mul_ps(q, negative & beyond, z, _mm512_setzero_ps());  // −0·…, NaN for −inf
   return _mm512_mask_blend_ps(negative, positive, _mm512_scalef_ps(q, n));  // +inf: inf·0 = NaN, as the formula
+}
+
+/// GELU-tanh and its derivative by the near-zero tables when a whole vector allows, else in full.
+SKETCHCORE_AVX512 inline __m512 gelu_tanh16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kGeluNearLimit) ? times_near(z, near_zero<kGeluTanhNear, 8>(h)) : gelu_tanh_far16(z);
+}
+SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative16(__m512 z) {
+  const __m512 h = _mm512_abs_ps(z);
+  return all_below(h, kGeluNearLimit) ? slope_near(z, near_zero<kGeluTanhSlopeNear, 8>(h))
+                                      : gelu_tanh_derivative_far16(z);
 }
 
 /// The first `count` (< 16) lanes, or all 16.
@@ -266,9 +386,9 @@ bool activations_avx512_available() noexcept {
   return available;
 }
 
-void gelu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept { forward<gelu16>(y, bias, n); }
+void gelu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept { forward<gelu_any16>(y, bias, n); }
 void gelu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<gelu_derivative16>(dy, g, bias, n);
+  backward<gelu_derivative_any16>(dy, g, bias, n);
 }
 void silu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept { forward<silu16>(y, bias, n); }
 void silu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
