@@ -26,6 +26,9 @@ namespace {
 
 thread_local bool t_inside_region = false;
 
+/// Chunks per thread of a parallel_for (see there).
+constexpr int kChunksPerThread = 4;
+
 /// One parallel region: lives on the stack of the thread that runs it, which returns only
 /// after every worker that joined has left, so no worker ever touches a finished region.
 struct Region {
@@ -34,6 +37,7 @@ struct Region {
   std::atomic<std::int64_t> next_chunk{0};
   std::int64_t pending = 0;  // chunks not yet finished (guarded by Workers::mutex_)
   int active_workers = 0;    // workers inside this region (guarded by Workers::mutex_)
+  int max_workers = 0;       // threads - 1: the workers beyond (after a smaller set_num_threads) stay asleep
   std::exception_ptr error;  // first exception of a chunk (guarded by Workers::mutex_)
 };
 
@@ -41,17 +45,18 @@ class Workers {
  public:
   /// Runs body on chunks [c·step, min(n, (c+1)·step)) for c in [0, chunks), the caller
   /// taking part. Returns false (running nothing) if another region holds the workers.
-  bool run(std::int64_t n, std::int64_t chunks, std::int64_t step,
+  bool run(std::int64_t n, std::int64_t chunks, std::int64_t step, int threads,
            const std::function<void(std::int64_t, std::int64_t)>& body) {
     std::unique_lock<std::mutex> region_lock(region_mutex_, std::try_to_lock);
     if (!region_lock.owns_lock()) return false;
-    ensure_workers(static_cast<int>(chunks) - 1);
+    ensure_workers(static_cast<int>(std::min<std::int64_t>(threads, chunks)) - 1);
     Region region;
     region.body = &body;
     region.n = n;
     region.step = step;
     region.chunks = chunks;
     region.pending = chunks;
+    region.max_workers = threads - 1;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       current_ = &region;
@@ -84,6 +89,7 @@ class Workers {
         wake_.wait(lock, [&] { return generation_ != seen && current_ != nullptr; });
         seen = generation_;
         region = current_;
+        if (region->active_workers >= region->max_workers) continue;
         ++region->active_workers;
       }
       work(*region);
@@ -145,7 +151,11 @@ void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;
   const std::int64_t max_chunks = std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1));
-  const std::int64_t chunks = std::min<std::int64_t>(current_num_threads(), max_chunks);
+  const int threads = current_num_threads();
+  // Several chunks per thread, taken first come first served: a worker that wakes late (a
+  // sleeping vCPU, or a core still held by BLAS's spinning threads after a GEMM: measured up
+  // to milliseconds on the 2-core VM) still takes a share instead of finding all chunks gone.
+  const std::int64_t chunks = threads <= 1 ? 1 : std::min<std::int64_t>(std::int64_t{kChunksPerThread} * threads, max_chunks);
   if (chunks <= 1 || t_inside_region) {
     body(0, n);
     return;
@@ -155,7 +165,7 @@ void parallel_for(std::int64_t n, std::int64_t grain,
   struct Reset {
     ~Reset() { t_inside_region = false; }
   } reset;
-  if (!workers().run(n, chunks, step, body)) body(0, n);
+  if (!workers().run(n, chunks, step, threads, body)) body(0, n);
 }
 
 }  // namespace sketchcore::detail
