@@ -6,6 +6,7 @@ import ctypes
 import glob
 import os
 import platform
+import threading
 
 import numpy as np
 import pytest
@@ -188,3 +189,58 @@ def test_few_rows_and_large_terms_run_one_provider_gemm_per_term_instead_of_pack
     y = sketchcore.sketched_matmul(x, S, U)
     assert_close(y, reference(x, S, U), np.float32)
     assert [call[2:] for call in calls] == [(120, 4, 300)] * 3 + [(7, 4, 360)]  # (m, n, k) column-major
+
+
+def test_torch_calls_run_sketchcores_own_loops_on_the_openmp_runtime_torch_has_loaded():
+    """Where torch's wheel has its OpenMP runtime loaded, the provider found for torch tensors
+    carries its GOMP_parallel, so that the epilogue runs on the threads that ran the GEMMs."""
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    loaded = open("/proc/self/maps").read() if os.path.exists("/proc/self/maps") else ""
+    runtimes = [p for p in glob.glob(os.path.join(lib, "lib*omp*.so*")) if os.path.realpath(p) in loaded]
+    found = sketchcore._cpu_blas.torch_gemm()
+    assert found is not None or sketchcore.cpu_blas_of(torch.ones(1)).startswith("sketchcore")
+    if found is not None:
+        assert (found[4] != 0) == bool(runtimes), (found, runtimes)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "silu", "relu"])
+def test_an_openmp_runtime_runs_the_epilogue_with_the_same_bits_as_the_workers(activation):
+    """A stand-in GOMP_parallel that runs the region on three Python threads: it is called for
+    the epilogue of a torch-tensor call, every chunk runs once, and the results (dropout mask
+    included) equal those of sketchcore's own workers bit for bit."""
+    found = sketchcore._cpu_blas.torch_gemm()
+    if found is None:  # a torch without a findable BLAS: the provider cannot be built from it
+        sgemm, dgemm = fortran_gemm(ctypes.c_int32, ctypes.c_float, []), fortran_gemm(ctypes.c_int32, ctypes.c_double, [])
+        found = (ctypes.cast(sgemm, ctypes.c_void_p).value, ctypes.cast(dgemm, ctypes.c_void_p).value, 32, "x", 0)
+    regions = []
+    region_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)
+    def gomp_parallel(fn, data, num_threads, flags):
+        regions.append((num_threads, flags))
+        team = [threading.Thread(target=region_fn(fn), args=(data,)) for _ in range(3)]
+        for t in team:
+            t.start()
+        for t in team:
+            t.join()
+
+    rng = np.random.default_rng(7)
+    x = torch.from_numpy(rng.standard_normal((300, 64)).astype(np.float32))
+    S = torch.from_numpy(rng.standard_normal((2, 64, 8)).astype(np.float32))
+    U = torch.from_numpy(rng.standard_normal((2, 8, 700)).astype(np.float32))
+    bias = torch.from_numpy(rng.standard_normal(700).astype(np.float32))
+    call = lambda: sketchcore.sketched_matmul(x, S, U, bias=bias, activation=activation,  # noqa: E731
+                                             dropout_p=0.25, seed=11)
+    try:
+        _ops._install_framework_gemm(1, found[0], found[1], found[2], "stand-in runtime",
+                                     ctypes.cast(gomp_parallel, ctypes.c_void_p).value)
+        with_runtime = call()
+        _ops._install_framework_gemm(1, found[0], found[1], found[2], "no runtime", 0)
+        with_workers = call()
+    finally:
+        _ops._reset_framework_gemm()
+    assert regions and all(r == (0, 0) for r in regions)
+    assert torch.equal(with_runtime, with_workers)
+    reference = sketchcore.sketched_matmul(x.double(), S.double(), U.double(), bias=bias.double(),
+                                           activation=activation, dropout_p=0.25, seed=11)
+    assert_close(with_runtime.numpy(), reference.numpy(), np.float32)

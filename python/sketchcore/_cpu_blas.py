@@ -33,7 +33,8 @@ Mode = Literal["framework", "own"]
 _MODES = ("framework", "own")
 _mode: Mode = "framework"
 
-Found = tuple[int, int, int, str]  # (sgemm address, dgemm address, integer bits, description)
+# (sgemm address, dgemm address, integer bits, description, GOMP_parallel address or 0)
+Found = tuple[int, int, int, str, int]
 
 
 def set_cpu_blas(mode: Mode) -> None:
@@ -96,7 +97,8 @@ def _entry_points(path: str, candidates: tuple[tuple[str, str, int], ...]) -> Op
             continue
         address = ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value
         if address[0] and address[1]:
-            return address[0], address[1], bits, f"{os.path.basename(path)} ({sgemm}, {'ILP64' if bits == 64 else 'LP64'})"
+            return (address[0], address[1], bits, f"{os.path.basename(path)} ({sgemm}, {'ILP64' if bits == 64 else 'LP64'})",
+                    0)
     return None
 
 
@@ -115,13 +117,29 @@ def numpy_gemm() -> Optional[Found]:
 
 
 def torch_gemm() -> Optional[Found]:
-    """torch's BLAS as its libtorch_cpu exports it (MKL in the x86 Linux wheels), if loaded."""
+    """torch's BLAS as its libtorch_cpu exports it (MKL in the x86 Linux wheels), if loaded,
+    with the OpenMP runtime it runs on (see :func:`torch_openmp`)."""
     torch = sys.modules.get("torch")
     if torch is None or _mode != "framework":
         return None
+    lib = os.path.join(os.path.dirname(os.path.abspath(str(torch.__file__))), "lib")
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
-        found = _entry_points(os.path.join(os.path.dirname(os.path.abspath(str(torch.__file__))), "lib", name),
-                              _TORCH_SYMBOLS)
+        found = _entry_points(os.path.join(lib, name), _TORCH_SYMBOLS)
         if found:
-            return found
+            return found[:4] + (torch_openmp(lib),)
     return None
+
+
+def torch_openmp(lib: str) -> int:
+    """The address of ``GOMP_parallel`` in the OpenMP runtime torch has loaded from `lib`
+    (the wheels' libgomp), or 0. sketchcore's own loops of a call on torch tensors (the
+    epilogue pass) then run on the threads that ran the call's GEMMs and torch's ops, which
+    spin for a while after each: on its own workers they would wait for those threads to
+    release the cores (measured on 2 cores: the epilogue ran at one core's speed)."""
+    for path in sorted(glob.glob(os.path.join(lib, "lib*omp*.so*"))):
+        try:
+            runtime = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+            return ctypes.cast(runtime.GOMP_parallel, ctypes.c_void_p).value or 0
+        except (OSError, AttributeError):  # not loaded, or not a GNU-ABI runtime
+            continue
+    return 0

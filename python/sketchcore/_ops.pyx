@@ -92,10 +92,12 @@ cdef const core.CpuGemmProvider* _framework_provider(int framework) noexcept:
     return &core.framework_gemm(framework) if _gemm_state[framework] == 1 else NULL
 
 
-def _install_framework_gemm(int framework, uintptr_t sgemm, uintptr_t dgemm, int index_bits, str description):
+def _install_framework_gemm(int framework, uintptr_t sgemm, uintptr_t dgemm, int index_bits, str description,
+                            uintptr_t gomp_parallel=0):
     """Makes (sgemm, dgemm) the BLAS of the CPU GEMMs of calls on NumPy arrays (framework 0)
     or CPU torch tensors (1) until _reset_framework_gemm; used by the search, and by tests
-    with instrumented entry points."""
+    with instrumented entry points. `gomp_parallel`: the OpenMP runtime that BLAS runs on
+    (its GOMP_parallel), for sketchcore's own loops of those calls, or 0."""
     if framework not in (0, 1) or index_bits not in (32, 64):
         raise ValueError(f"_install_framework_gemm: expected framework 0 or 1 and index_bits 32 or 64, "
                          f"got {framework} and {index_bits}")
@@ -103,6 +105,7 @@ def _install_framework_gemm(int framework, uintptr_t sgemm, uintptr_t dgemm, int
     provider.sgemm = <void*>sgemm
     provider.dgemm = <void*>dgemm
     provider.index_bits = index_bits
+    provider.gomp_parallel = <void*>gomp_parallel
     _gemm_description[framework] = description
     _gemm_state[framework] = 1
 

@@ -138,6 +138,7 @@ cdef extern from "sketchcore/execution.hpp" namespace "sketchcore" nogil:
         void* sgemm
         void* dgemm
         int index_bits
+        void* gomp_parallel
 
 
 cdef extern from "_bridge.hpp" namespace "sketchcore_python" nogil:

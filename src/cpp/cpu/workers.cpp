@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "detail/parallel.hpp"
+#include "sketchcore/execution.hpp"
 
 namespace sketchcore::detail {
 
@@ -145,6 +146,37 @@ Workers& workers() {
   return *w;
 }
 
+/// One parallel_for on an OpenMP runtime's threads (see CpuGemmProvider::gomp_parallel): the
+/// team takes chunks first come first served, as the workers do.
+struct OpenMpRegion {
+  const std::function<void(std::int64_t, std::int64_t)>* body;
+  std::int64_t n, step, chunks;
+  std::atomic<std::int64_t> next_chunk{0};
+  std::mutex mutex;
+  std::exception_ptr error;
+
+  static void run(void* data) {
+    auto& region = *static_cast<OpenMpRegion*>(data);
+    const bool was_inside = t_inside_region;
+    t_inside_region = true;  // a nested parallel_for runs inline
+    for (;;) {
+      const std::int64_t c = region.next_chunk.fetch_add(1);
+      if (c >= region.chunks) break;
+      const std::int64_t begin = c * region.step, end = std::min(region.n, begin + region.step);
+      if (begin >= end) continue;
+      try {
+        (*region.body)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(region.mutex);
+        if (!region.error) region.error = std::current_exception();
+      }
+    }
+    t_inside_region = was_inside;
+  }
+};
+
+using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+
 }  // namespace
 
 void parallel_for(std::int64_t n, std::int64_t grain,
@@ -161,6 +193,17 @@ void parallel_for(std::int64_t n, std::int64_t grain,
     return;
   }
   const std::int64_t step = (n + chunks - 1) / chunks;
+  const CpuGemmProvider* provider = current_execution().cpu_gemm;
+  if (provider && provider->gomp_parallel) {  // the team of the runtime, its default size
+    OpenMpRegion region;
+    region.body = &body;
+    region.n = n;
+    region.step = step;
+    region.chunks = chunks;
+    reinterpret_cast<GompParallel>(provider->gomp_parallel)(&OpenMpRegion::run, &region, 0, 0);
+    if (region.error) std::rethrow_exception(region.error);
+    return;
+  }
   t_inside_region = true;
   struct Reset {
     ~Reset() { t_inside_region = false; }

@@ -22,6 +22,13 @@ struct CpuGemmProvider {
   void* sgemm = nullptr;  ///< the single-precision entry point, or nullptr
   void* dgemm = nullptr;  ///< the double-precision entry point, or nullptr
   int index_bits = 32;    ///< 32 (LP64 interface) or 64 (ILP64 interface)
+  /// The OpenMP runtime that BLAS runs its threads on (GNU libgomp's ABI, which LLVM's and
+  /// Intel's runtimes export too), or null. When set, sketchcore's own parallel loops of the
+  /// calling thread's operations (the epilogue pass, staging copies) run on that runtime's
+  /// threads, still spinning from the GEMM before, instead of on sketchcore's workers, which
+  /// would wait for those spinning threads to release the cores:
+  /// `void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags)`.
+  void* gomp_parallel = nullptr;
 };
 
 /// Execution settings. They apply to the calling thread only (each thread
