@@ -106,3 +106,50 @@ def test_fused_activation_backward_vs_torch(data, paired, activation):
         assert torch.linalg.norm(a - b) / torch.linalg.norm(b) < 1e-4
     paired(GROUP, f"backward {activation}", f"bare + Z@U + aten {activation}_backward", fused, unfused, pairs=9,
            target=1.0)
+
+
+def _best_ns_per_element(fn, elements, calls=200):
+    """Best of 5 blocks of `calls` calls, in ns per element."""
+    import time
+
+    fn()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls)
+    return min(times) / elements * 1e9
+
+
+def _per_element_costs(rows=128):
+    """The activations' ns per element on one thread: in the library (a rows × 1024 output whose
+    GEMMs are trivial, x rows × 1 and T·k 1, so the epilogue dominates) and torch's own ops."""
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy(rng.standard_normal((rows, 1), dtype=np.float32))
+    S, U = torch.ones(1, 1), torch.from_numpy(rng.standard_normal((1, D_OUT), dtype=np.float32))
+    Z, h = x @ S, x @ U
+    out, g = torch.empty(rows, D_OUT), torch.from_numpy(rng.standard_normal((rows, D_OUT), dtype=np.float32))
+    cost = lambda fn: _best_ns_per_element(fn, rows * D_OUT)  # noqa: E731
+    bare = cost(lambda: sketchcore.sketched_matmul(x, S, U, out=out))
+    bare_back = cost(lambda: sketchcore.sketched_matmul_backward(g, x, S, U, Z, needs=("x",)))
+    for a in ACTIVATIONS:
+        fwd = cost(lambda: sketchcore.sketched_matmul(x, S, U, activation=a, out=out)) - bare
+        back = cost(lambda: sketchcore.sketched_matmul_backward(g, x, S, U, Z, activation=a, needs=("x",))) - bare_back
+        INFO[f"{GROUP} {a}: ns per element on one thread"] = (
+            f"fused forward {fwd:.3f}, fused gradient {back:.3f}; torch's op {cost(lambda: TORCH_FORWARD[a](h)):.3f}, "
+            f"its backward {cost(lambda: TORCH_BACKWARD[a](g, h)):.3f} (best of 5 blocks)")
+
+
+def test_per_element_cost_on_one_thread(benchmark):
+    """Information, no target: each activation's and gradient's cost per element on one thread,
+    in the library and in torch's own ops (both on L2-resident rows)."""
+    threads, own_threads = torch.get_num_threads(), sketchcore.get_num_threads()
+    sketchcore.set_num_threads(1)
+    torch.set_num_threads(1)
+    try:
+        benchmark.group, benchmark.name = f"{GROUP} (one thread)", "all activations"
+        benchmark.pedantic(_per_element_costs, rounds=1, iterations=1)
+    finally:
+        sketchcore.set_num_threads(own_threads)
+        torch.set_num_threads(threads)
