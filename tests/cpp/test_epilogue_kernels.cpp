@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -160,6 +162,61 @@ void check_kernels(Activation act, Forward forward, Backward backward) {
         << "h = " << z[i] << " got " << g[i] << " want " << slope;
   }
 }
+
+/// Every 257th float of [−200, 200] (8.6M arguments, whole vectors of neighbours: each side of
+/// every near-zero/full-path boundary) through one implementation of `act`; returns the worst
+/// forward and derivative errors in ulp (of the value; of the derivative's larger term).
+std::pair<double, double> worst_over_floats(Activation act, Forward forward, Backward backward) {
+  std::vector<float> z;
+  for (std::uint32_t bits = 0; bits < 0x7f800000u; bits += 257) {
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (v > 200.0f) break;
+    z.push_back(v);
+    z.push_back(-v);
+  }
+  std::vector<float> y = z, g = z, dy(z.size(), 1.0f);
+  forward(y.data(), nullptr, static_cast<std::int64_t>(y.size()));
+  backward(dy.data(), g.data(), nullptr, static_cast<std::int64_t>(g.size()));
+  double worst_forward = 0, worst_derivative = 0, terms;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    const double want = reference(act, z[i], false, terms);
+    if (std::isfinite(want) && std::fabs(want) <= std::numeric_limits<float>::max()) {
+      worst_forward = std::max(worst_forward, std::fabs(y[i] - want) / ulp(want));
+    }
+    const double slope = reference(act, z[i], true, terms);
+    if (std::isfinite(slope)) {
+      worst_derivative = std::max(worst_derivative, std::fabs(g[i] - slope) / ulp(std::max(std::fabs(slope), terms)));
+    }
+  }
+  return {worst_forward, worst_derivative};
+}
+
+void expect_within_four_ulp_everywhere(const char* name, Activation act, Forward forward, Backward backward) {
+  const auto [forward_ulp, derivative_ulp] = worst_over_floats(act, forward, backward);
+  std::printf("%s: worst %.2f ulp forward, %.2f ulp derivative\n", name, forward_ulp, derivative_ulp);
+  EXPECT_LE(forward_ulp, 4.0) << name;
+  EXPECT_LE(derivative_ulp, 4.0) << name;
+}
+
+TEST(PortableKernels, WithinFourUlpOverEvery257thFloat) {
+  expect_within_four_ulp_everywhere("gelu portable", Activation::gelu, d::gelu_forward_portable_f32,
+                                    d::gelu_backward_portable_f32);
+  expect_within_four_ulp_everywhere("gelu_tanh portable", Activation::gelu_tanh, d::gelu_tanh_forward_portable_f32,
+                                    d::gelu_tanh_backward_portable_f32);
+  expect_within_four_ulp_everywhere("silu portable", Activation::silu, d::silu_forward_portable_f32,
+                                    d::silu_backward_portable_f32);
+}
+
+#if SKETCHCORE_ACTIVATIONS_AVX512
+TEST(Avx512Kernels, WithinFourUlpOverEvery257thFloat) {
+  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  expect_within_four_ulp_everywhere("gelu avx512", Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
+  expect_within_four_ulp_everywhere("gelu_tanh avx512", Activation::gelu_tanh, d::gelu_tanh_forward_avx512,
+                                    d::gelu_tanh_backward_avx512);
+  expect_within_four_ulp_everywhere("silu avx512", Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
+}
+#endif
 
 TEST(PortableKernels, GeluWithinFourUlp) {
   check_kernels(Activation::gelu, d::gelu_forward_portable_f32, d::gelu_backward_portable_f32);
