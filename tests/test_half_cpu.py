@@ -129,3 +129,50 @@ def test_16bit_forward_makes_no_full_size_float32_copy_of_x_or_out():
     assert peak < 4 * (x.size + out.size), peak
     ref = (x.astype(np.float32) @ S.astype(np.float32)) @ U.astype(np.float32)
     assert np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref) < 5e-3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_backward_of_strided_operands_equals_the_float32_backward_of_the_same_values(dtype):
+    """x and dL/dy with column strides and Z with a row stride (all staged chunk by chunk, in more
+    than one chunk), dx rounded chunk by chunk: each gradient is the float32 backward of the same
+    16-bit values, rounded once."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(9)
+    rows, d_in, d_out, terms, k = 1500, 48, 1100, 2, 5  # 1500 × 1100 float32 rows: two 4 MiB chunks
+    x = torch.randn(rows, 2 * d_in, generator=gen).to(dt)[:, ::2]
+    S, U = (torch.randn(terms, d_in, k, generator=gen) / 7).to(dt), (torch.randn(terms, k, d_out, generator=gen) / 3).to(dt)
+    b, g = torch.randn(d_out, generator=gen).to(dt), torch.randn(rows, 2 * d_out, generator=gen).to(dt)[:, ::2]
+    z = torch.empty(rows, 2 * terms * k, dtype=dt)[:, :terms * k]
+    sketchcore.sketched_matmul(x, S, U, bias=b, activation="gelu", intermediate=z)
+    got = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=b, activation="gelu", dropout_p=0.1, seed=4)
+    want = sketchcore.sketched_matmul_backward(g.float(), x.float(), S.float(), U.float(), z.float(), bias=b.float(),
+                                               activation="gelu", dropout_p=0.1, seed=4)
+    for a, w in zip(got, want):
+        assert a.dtype == dt
+        gap = (a.float() - w.to(dt).float()).abs()
+        one_ulp = w.abs() * (2.0 ** -10 if dtype == "float16" else 2.0 ** -7) + 1e-30
+        # dS, dU, dbias sum over rows in float32 in another order: a few ulp; dx is per row
+        assert torch.all(gap <= 4 * one_ulp), float((gap / one_ulp).max())
+
+
+def test_16bit_backward_makes_no_full_size_float32_copy_of_x_dy_or_z():
+    """The 16-bit backward widens x, dL/dy and Z and rounds dx chunk by chunk: its pooled peak
+    stays below the float32 copies of x and dL/dy a widen-everything path needs (32 + 8 MiB)."""
+    rows, d_in, d_out = 8192, 1024, 256
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((rows, d_in)).astype(np.float16)
+    S = (rng.standard_normal((d_in, 16)) / 32).astype(np.float16)
+    U = (rng.standard_normal((16, d_out)) / 4).astype(np.float16)
+    g = rng.standard_normal((rows, d_out)).astype(np.float16)
+    z = np.empty((rows, 16), np.float16)
+    sketchcore.sketched_matmul(x, S, U, intermediate=z, activation="silu")
+    sketchcore.sketched_matmul_backward(g, x, S, U, z, activation="silu")
+    sketchcore.memory.reset_peak()
+    before = sketchcore.memory.stats()["current_bytes"]
+    dx, dS, dU = sketchcore.sketched_matmul_backward(g, x, S, U, z, activation="silu")[:3]
+    peak = sketchcore.memory.stats()["peak_bytes"] - before
+    assert peak < 4 * (x.size + g.size), peak
+    want = sketchcore.sketched_matmul_backward(*(a.astype(np.float64) for a in (g, x, S, U, z)), activation="silu")[:3]
+    for got, ref in zip((dx, dS, dU), want):
+        assert np.linalg.norm(got.astype(np.float64) - ref) <= 2e-2 * np.linalg.norm(ref)

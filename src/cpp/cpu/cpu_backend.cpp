@@ -1,6 +1,6 @@
 // The CPU backend: float32 and float64 computed directly on host memory; float16 and bfloat16
 // computed in float32 (operands widened by vectorised conversions, results rounded once into
-// the caller's arrays: cpu/half.hpp; the forward's x, out and Z chunk by chunk). Temporaries
+// the caller's arrays: cpu/half.hpp; x, out, Z and dx chunk by chunk). Temporaries
 // come from the host pool.
 #include <cstdint>
 #include <optional>
@@ -33,22 +33,22 @@ void forward_in_float32(const SketchedMatmulProblem& p) {
   cpu_sketched_matmul(wide);
 }
 
+// Likewise x, dL/dy, Z and dx stay 16-bit in the backward (widened or rounded chunk by chunk);
+// the factors' and the bias's gradients, accumulated over the chunks, are float32 until stored.
 void backward_in_float32(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) {
-  const Widened x(p.x), S(p.S), U(p.U), grad_out(p.out), z(*p.intermediate);
+  const Widened S(p.S), U(p.U);
   const std::optional<Widened> bias = widen(p.epilogue.bias);
-  const std::optional<Narrowed> dx = narrow(g.x), dS = narrow(g.S), dU = narrow(g.U), dbias = narrow(g.bias);
+  const std::optional<Narrowed> dS = narrow(g.S), dU = narrow(g.U), dbias = narrow(g.bias);
   Epilogue epilogue = p.epilogue;
   if (bias) epilogue.bias = bias->view();
   SketchedMatmulGradients wide_grads = g;
-  if (dx) wide_grads.x = dx->view();
   if (dS) wide_grads.S = dS->view();
   if (dU) wide_grads.U = dU->view();
   if (dbias) wide_grads.bias = dbias->view();
-  SketchedMatmulProblem wide{x.view(), S.view(), U.view(), grad_out.view(), epilogue, p.rows, p.d_in, p.terms, p.rank,
-                             p.d_out};
-  wide.intermediate = &z.view();
+  SketchedMatmulProblem wide{p.x, S.view(), U.view(), p.out, epilogue, p.rows, p.d_in, p.terms, p.rank, p.d_out};
+  wide.intermediate = p.intermediate;
   cpu_sketched_matmul_backward(wide, wide_grads);
-  for (const auto* d : {&dx, &dS, &dU, &dbias}) {
+  for (const auto* d : {&dS, &dU, &dbias}) {
     if (*d) (*d)->store();
   }
 }

@@ -257,19 +257,27 @@ class BackwardExecutor {
     Scratch<T> s_scratch, u_scratch, dsp, dup, dbias, ones;
     const MatrixOperand<T> sp = first_factor<T>(p_, p_.rows, s_scratch, /*allow_batched=*/false).sp;
     const MatrixOperand<T> up = whole_operand<T>(p_.U, u_scratch);
+    // 16-bit x, dL/dy, Z and dx (cpu_backend.cpp passes them unwidened) are widened, or dx
+    // rounded, chunk by chunk below: never a full-size float32 copy.
+    const bool half_z = is_half(p_.intermediate->dtype());
     const RowMatrix zm = as_row_matrix(*p_.intermediate);
-    const std::int64_t ldz = rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
-    const auto* z_base = static_cast<const T*>(p_.intermediate->data());
-    const auto x_in_place = operand_in_place<T>(p_.x);
-    const auto dy_in_place = operand_in_place<T>(p_.out);
+    const std::int64_t ldz = half_z ? r_ : rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
+    const auto* z_base = half_z ? nullptr : static_cast<const T*>(p_.intermediate->data());
+    std::optional<MatrixOperand<T>> x_in_place, dy_in_place;
+    if (!is_half(p_.x.dtype())) x_in_place = operand_in_place<T>(p_.x);
+    if (!is_half(p_.out.dtype())) dy_in_place = operand_in_place<T>(p_.out);
     std::optional<MatrixOperand<T>> dx_in_place;
-    if (g_.x) {
+    if (g_.x && !is_half(g_.x->dtype())) {
       if (auto o = operand_in_place<T>(*g_.x); o && !o->transposed) dx_in_place = o;
     }
     const bool needs_h = p_.epilogue.activation != Activation::none;
     const bool transform = needs_h || epilogue_.dropout.enabled;
+    // Rows per chunk: the chunk's G (n × d_out) within the staging budget, and its staged x or
+    // dx rows (n × d_in) too when they cannot be used in place (16-bit, or strided).
+    const bool stages_x = (g_.S && !x_in_place) || (g_.x && !dx_in_place);
+    const std::int64_t widest = stages_x ? std::max(d_out, d_in) : d_out;
     const std::int64_t chunk =
-        std::clamp<std::int64_t>(kBackwardStagingBytes / (d_out * std::int64_t(sizeof(T))), 256, rows);
+        std::clamp<std::int64_t>(kBackwardStagingBytes / (widest * std::int64_t(sizeof(T))), 256, rows);
     if (g_.bias) {
       T* one = ones.allocate(chunk);
       std::fill(one, one + chunk, T(1));
@@ -303,8 +311,13 @@ class BackwardExecutor {
     const T scale = static_cast<T>(p_.epilogue.scale);
     for (std::int64_t begin = 0; begin < rows; begin += chunk) {
       const std::int64_t end = std::min(rows, begin + chunk), n = end - begin;
-      const MatrixOperand<T> zc{z_base + begin * ldz, false, ldz};
-      Scratch<T> g_buffer, dy_staged, x_staged, gu, dx_staged;
+      Scratch<T> g_buffer, dy_staged, x_staged, gu, dx_staged, z_staged;
+      const T* z_rows = z_base ? z_base + begin * ldz : nullptr;
+      if (half_z) {
+        gather_rows<T>(*p_.intermediate, begin, end, z_staged.allocate(n * r_));
+        z_rows = z_staged.data();
+      }
+      const MatrixOperand<T> zc{z_rows, false, ldz};
       // G for this chunk (n × d_out).
       MatrixOperand<T> gc;
       const T* dy = nullptr;
