@@ -175,13 +175,8 @@ SKETCHCORE_AVX512 inline __m512 slope_near(__m512 z, __m512 d) {
   return _mm512_mask_sub_ps(d, positive, _mm512_set1_ps(1.0f), d);
 }
 
-/// True when every lane of h is below `limit` (NaN is not), the near-zero tables' end.
-SKETCHCORE_AVX512 inline bool all_below(__m512 h, float limit) {
-  return _mm512_cmp_ps_mask(h, _mm512_set1_ps(limit), _CMP_LT_OQ) == __mmask16(0xFFFF);
-}
-constexpr float kGeluNearLimit = 31.5f / 8, kSiluNearLimit = 31.5f / 4;
 
-SKETCHCORE_AVX512 inline __m512 gelu16(__m512 z) {
+SKETCHCORE_AVX512 inline __m512 gelu_far16(__m512 z) {
   const __m512 a = _mm512_abs_ps(z), zero = _mm512_setzero_ps(), clamp = _mm512_set1_ps(kClamp);
   __m512 p, n;
   const __m512 m = normal_tail(_mm512_min_ps(a, clamp), p, n);
@@ -195,7 +190,7 @@ SKETCHCORE_AVX512 inline __m512 gelu16(__m512 z) {
   return _mm512_mask_blend_ps(negative, positive, s);
 }
 
-SKETCHCORE_AVX512 inline __m512 gelu_derivative16(__m512 z) {
+SKETCHCORE_AVX512 inline __m512 gelu_derivative_far16(__m512 z) {
   const __m512 a = _mm512_abs_ps(z), zero = _mm512_setzero_ps(), clamp = _mm512_set1_ps(kClamp);
   const __m512 h = _mm512_min_ps(a, clamp);
   __m512 p, n;
@@ -206,16 +201,6 @@ SKETCHCORE_AVX512 inline __m512 gelu_derivative16(__m512 z) {
   q = _mm512_mask_mul_ps(q, beyond, a, zero);  // 0, or NaN for ±inf and NaN (as the formula)
   const __m512 d = _mm512_scalef_ps(q, n);
   return _mm512_mask_blend_ps(negative, _mm512_sub_ps(_mm512_set1_ps(1.0f), d), d);
-}
-
-/// GELU and its derivative by the near-zero tables when a whole vector allows, else in full.
-SKETCHCORE_AVX512 inline __m512 gelu_any16(__m512 z) {
-  const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kGeluNearLimit) ? times_near(z, near_zero<kGeluNear, 8>(h)) : gelu16(z);
-}
-SKETCHCORE_AVX512 inline __m512 gelu_derivative_any16(__m512 z) {
-  const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kGeluNearLimit) ? slope_near(z, near_zero<kGeluSlopeNear, 8>(h)) : gelu_derivative16(z);
 }
 
 /// Beyond this |v| the logistic's e^−|v| is below 2^-216: every result is 0, z, 1 or NaN.
@@ -274,16 +259,6 @@ SKETCHCORE_AVX512 inline __m512 silu_derivative_far16(__m512 z) {
   return _mm512_mask_blend_ps(negative, positive, _mm512_scalef_ps(q, n));
 }
 
-/// SiLU and its derivative by the near-zero tables when a whole vector allows, else in full.
-SKETCHCORE_AVX512 inline __m512 silu16(__m512 z) {
-  const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kSiluNearLimit) ? times_near(z, near_zero<kSiluNear, 4>(h)) : silu_far16(z);
-}
-SKETCHCORE_AVX512 inline __m512 silu_derivative16(__m512 z) {
-  const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kSiluNearLimit) ? slope_near(z, near_zero<kSiluSlopeNear, 4>(h)) : silu_derivative_far16(z);
-}
-
 // GELU-tanh: z·σ(v), v = 2c·(z + a·z³), c = √(2/π), a = 0.044715. v reaches 150 where the result
 // is still representable, so it is formed in double and carried as a float head and tail.
 constexpr double kTwoC = 0x1.9884533d43651p+0, kTwoCA = 0x1.2444f2a4d8b4bp-4, kThreeA = 0x1.12ba9d1f60179p-3;
@@ -339,15 +314,15 @@ SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative_far16(__m512 z) {
   return _mm512_mask_blend_ps(negative, positive, _mm512_scalef_ps(q, n));  // +inf: inf·0 = NaN, as the formula
 }
 
-/// GELU-tanh and its derivative by the near-zero tables when a whole vector allows, else in full.
-SKETCHCORE_AVX512 inline __m512 gelu_tanh16(__m512 z) {
+/// An activation (kSlope false) or its derivative (true) by the near-zero table when every lane
+/// of the vector lies within it (below 31.5 steps, where round(h/step) ≤ 31; NaN does not),
+/// else in full by kFull.
+template <const NearTable& kTable, int kPerUnit, bool kSlope, __m512 (*kFull)(__m512)>
+SKETCHCORE_AVX512 inline __m512 near_or_full(__m512 z) {
   const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kGeluNearLimit) ? times_near(z, near_zero<kGeluTanhNear, 8>(h)) : gelu_tanh_far16(z);
-}
-SKETCHCORE_AVX512 inline __m512 gelu_tanh_derivative16(__m512 z) {
-  const __m512 h = _mm512_abs_ps(z);
-  return all_below(h, kGeluNearLimit) ? slope_near(z, near_zero<kGeluTanhSlopeNear, 8>(h))
-                                      : gelu_tanh_derivative_far16(z);
+  if (_mm512_cmp_ps_mask(h, _mm512_set1_ps(31.5f / kPerUnit), _CMP_LT_OQ) != __mmask16(0xFFFF)) return kFull(z);
+  const __m512 f = near_zero<kTable, kPerUnit>(h);
+  return kSlope ? slope_near(z, f) : times_near(z, f);
 }
 
 /// The first `count` (< 16) lanes, or all 16.
@@ -386,19 +361,23 @@ bool activations_avx512_available() noexcept {
   return available;
 }
 
-void gelu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept { forward<gelu_any16>(y, bias, n); }
-void gelu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<gelu_derivative_any16>(dy, g, bias, n);
+void gelu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
+  forward<near_or_full<kGeluNear, 8, false, gelu_far16>>(y, bias, n);
 }
-void silu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept { forward<silu16>(y, bias, n); }
+void gelu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
+  backward<near_or_full<kGeluSlopeNear, 8, true, gelu_derivative_far16>>(dy, g, bias, n);
+}
+void silu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
+  forward<near_or_full<kSiluNear, 4, false, silu_far16>>(y, bias, n);
+}
 void silu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<silu_derivative16>(dy, g, bias, n);
+  backward<near_or_full<kSiluSlopeNear, 4, true, silu_derivative_far16>>(dy, g, bias, n);
 }
 void gelu_tanh_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<gelu_tanh16>(y, bias, n);
+  forward<near_or_full<kGeluTanhNear, 8, false, gelu_tanh_far16>>(y, bias, n);
 }
 void gelu_tanh_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<gelu_tanh_derivative16>(dy, g, bias, n);
+  backward<near_or_full<kGeluTanhSlopeNear, 8, true, gelu_tanh_derivative_far16>>(dy, g, bias, n);
 }
 
 #else

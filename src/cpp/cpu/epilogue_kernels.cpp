@@ -74,41 +74,54 @@ inline void backward_loop(const float* __restrict dy, float* __restrict g, const
   }
 }
 
+// The same loops for the float32 element functions of cpu/vector_math.hpp.
+template <float (*kForward)(float)>
+inline void float_forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = kForward(y[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) y[j] = kForward(y[j]);
+  }
+}
+
+template <float (*kDerivative)(float)>
+inline void float_backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+                                std::int64_t n) {
+  if (bias) {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * kDerivative(g[j] + bias[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * kDerivative(g[j]);
+  }
+}
+
+// A dispatcher's first choice: the AVX-512 kernel where the CPU has it (cpu/activations_avx512.hpp).
+#if SKETCHCORE_ACTIVATIONS_AVX512
+#define SKETCHCORE_PREFER_AVX512(kernel, ...) \
+  if (activations_avx512_available()) return kernel(__VA_ARGS__)
+#else
+#define SKETCHCORE_PREFER_AVX512(kernel, ...)
+#endif
+
 SKETCHCORE_CLONES void gelu_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluErfF>(y, bias, n);
 }
 void gelu_forward(float* y, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return gelu_forward_avx512(y, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(gelu_forward_avx512, y, bias, n);
   gelu_forward_portable(y, bias, n);
 }
-SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* __restrict y, const float* __restrict bias,
-                                                 std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::gelu_tanh(y[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::gelu_tanh(y[j]);
-  }
+SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* y, const float* bias, std::int64_t n) {
+  float_forward_loop<vmath::gelu_tanh>(y, bias, n);
 }
 void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return gelu_tanh_forward_avx512(y, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(gelu_tanh_forward_avx512, y, bias, n);
   gelu_tanh_forward_portable(y, bias, n);
 }
 // SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
-SKETCHCORE_CLONES void silu_forward_portable(float* __restrict y, const float* __restrict bias, std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = vmath::silu(y[j]);
-  }
+SKETCHCORE_CLONES void silu_forward_portable(float* y, const float* bias, std::int64_t n) {
+  float_forward_loop<vmath::silu>(y, bias, n);
 }
 void silu_forward(float* y, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return silu_forward_avx512(y, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(silu_forward_avx512, y, bias, n);
   silu_forward_portable(y, bias, n);
 }
 
@@ -124,37 +137,21 @@ SKETCHCORE_CLONES void gelu_backward_portable(const float* dy, float* g, const f
   backward_loop<GeluErfF>(dy, g, bias, n);
 }
 void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return gelu_backward_avx512(dy, g, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(gelu_backward_avx512, dy, g, bias, n);
   gelu_backward_portable(dy, g, bias, n);
 }
-SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* __restrict dy, float* __restrict g,
-                                          const float* __restrict bias, std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::gelu_tanh_derivative(g[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::gelu_tanh_derivative(g[j]);
-  }
+SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
+  float_backward_loop<vmath::gelu_tanh_derivative>(dy, g, bias, n);
 }
 void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return gelu_tanh_backward_avx512(dy, g, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(gelu_tanh_backward_avx512, dy, g, bias, n);
   gelu_tanh_backward_portable(dy, g, bias, n);
 }
-SKETCHCORE_CLONES void silu_backward_portable(const float* __restrict dy, float* __restrict g,
-                                              const float* __restrict bias, std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * vmath::silu_derivative(g[j]);
-  }
+SKETCHCORE_CLONES void silu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
+  float_backward_loop<vmath::silu_derivative>(dy, g, bias, n);
 }
 void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-#if SKETCHCORE_ACTIVATIONS_AVX512
-  if (activations_avx512_available()) return silu_backward_avx512(dy, g, bias, n);
-#endif
+  SKETCHCORE_PREFER_AVX512(silu_backward_avx512, dy, g, bias, n);
   silu_backward_portable(dy, g, bias, n);
 }
 

@@ -86,10 +86,6 @@ inline void normal_cdf_pdf(double h, double& cdf, double& pdf) noexcept {
 /// 2^-20·|x|, or 0): returns p (≈ e^r, r = x + xl − n·ln2, |r| ≤ ln2/2 + 2^-12) and sets n (an
 /// integer held in a float). ln2 = hi + lo, hi with 16 significant bits so that n·hi and
 /// x − n·hi are exact; e^r by a relative minimax polynomial of degree 6 (error 0.3·2^-24).
-inline float exp_parts(float x, float xl, float& n) noexcept;
-/// e^x = p·2^n (exp_parts without a tail).
-inline float exp_parts(float x, float& n) noexcept;
-
 inline float exp_parts(float x, float xl, float& n) noexcept {
   constexpr float kMagic = 0x1.8p23f;
   n = (x * 0x1.715476p0f + kMagic) - kMagic;
@@ -103,18 +99,8 @@ inline float exp_parts(float x, float xl, float& n) noexcept {
   return p * r + 1.0f;
 }
 
-inline float exp_parts(float x, float& n) noexcept {
-  constexpr float kMagic = 0x1.8p23f;
-  n = (x * 0x1.715476p0f + kMagic) - kMagic;
-  const float r = (x - n * 0x1.62e4p-1f) - n * 0x1.7f7d1cp-20f;
-  float p = 0x1.6ab976p-10f;
-  p = p * r + 0x1.126d0cp-7f;
-  p = p * r + 0x1.55589ap-5f;
-  p = p * r + 0x1.55540ap-3f;
-  p = p * r + 0x1.fffffap-2f;
-  p = p * r + 1.0f;
-  return p * r + 1.0f;
-}
+/// e^x = p·2^n: exp_parts without a tail (−0 − y folds to −y, so it costs nothing).
+inline float exp_parts(float x, float& n) noexcept { return exp_parts(x, -0.0f, n); }
 
 /// q·2^n for an integer n in [−190, 0] and |q| ≥ 2^-60 with one rounding (also into the subnormals): 2^n is
 /// applied in two exact-or-final steps when it is itself below the normal range.
