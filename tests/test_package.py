@@ -2,6 +2,7 @@
 CMake package for C++ users."""
 import importlib.metadata
 import os
+import platform
 import sys
 
 import pytest
@@ -15,10 +16,15 @@ def test_version_matches_the_distribution():
 
 def test_build_info_describes_the_native_library():
     info = sketchcore.build_info()
-    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version"}
+    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version", "cpu_bf16_gemm"}
     assert info["blas"] in {"scipy-openblas32", "OpenBLAS", "Generic"}
     assert isinstance(info["cuda"], bool)
     assert (info["cuda_runtime_version"] > 0) == info["cuda"]
+    # the native bfloat16 GEMM exactly where the CPU has AVX512_BF16 (Linux reports the flag)
+    if os.path.exists("/proc/cpuinfo") and platform.machine() == "x86_64":
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        assert info["cpu_bf16_gemm"] == ("avx512_bf16" in flags and os.environ.get("SKETCHCORE_BF16_GEMM") != "0")
 
 
 def test_cmake_package_is_installed_inside_the_python_package():

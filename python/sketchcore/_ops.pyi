@@ -12,6 +12,7 @@ class BuildInfo(TypedDict):
     blas: str
     cuda: bool
     cuda_runtime_version: int
+    cpu_bf16_gemm: bool
 
 def sketched_matmul(
     x: ArrayT,

@@ -606,8 +606,10 @@ def build_info():
     Returns
     -------
     dict
-        ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in)
-        and ``cuda_runtime_version`` (int, 0 without CUDA).
+        ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in),
+        ``cuda_runtime_version`` (int, 0 without CUDA) and ``cpu_bf16_gemm`` (bool: this CPU
+        multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
+        them to float32; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off).
 
     Raises
     ------
@@ -616,7 +618,7 @@ def build_info():
     Examples
     --------
     >>> sorted(build_info())
-    ['blas', 'cuda', 'cuda_runtime_version', 'version']
+    ['blas', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
     """
     info = core.build_info()
     return {
@@ -624,6 +626,7 @@ def build_info():
         "blas": info.blas.decode(),
         "cuda": bool(info.cuda),
         "cuda_runtime_version": info.cuda_runtime_version,
+        "cpu_bf16_gemm": bool(info.cpu_bf16_gemm),
     }
 
 

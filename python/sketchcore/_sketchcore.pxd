@@ -106,6 +106,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         string blas
         cbool cuda
         int cuda_runtime_version
+        cbool cpu_bf16_gemm
 
     BuildInfo build_info() except +raise_py_error
     void set_num_threads(int num_threads) except +raise_py_error

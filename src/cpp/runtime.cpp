@@ -12,6 +12,7 @@
 #include "detail/backend.hpp"
 #include "detail/parallel.hpp"
 #include "sketchcore/version.hpp"
+#include "cpu/gemm_bf16.hpp"
 
 namespace sketchcore {
 
@@ -50,6 +51,7 @@ BuildInfo build_info() {
   const detail::Backend* cuda = detail::cuda_backend();
   info.cuda = cuda != nullptr;
   info.cuda_runtime_version = cuda ? cuda->runtime_version() : 0;
+  info.cpu_bf16_gemm = detail::gemm_bf16_available();
   return info;
 }
 

@@ -1,7 +1,9 @@
 // The CPU backend: float32 and float64 computed directly on host memory; float16 and bfloat16
 // computed in float32 (operands widened by vectorised conversions, results rounded once into
-// the caller's arrays: cpu/half.hpp; x, out, Z and dx chunk by chunk). Temporaries
-// come from the host pool.
+// the caller's arrays: cpu/half.hpp; x, out, Z and dx chunk by chunk), except that products of
+// two bfloat16 operands run in the native bfloat16 GEMM where the CPU has one (cpu/gemm_bf16.hpp:
+// the same float32 sums of exact products, without widening). Temporaries come from the host
+// pool.
 #include <cstdint>
 #include <optional>
 
@@ -30,7 +32,7 @@ void forward_in_float32(const SketchedMatmulProblem& p) {
   if (bias) epilogue.bias = bias->view();
   SketchedMatmulProblem wide{p.x, S.view(), U.view(), p.out, epilogue, p.rows, p.d_in, p.terms, p.rank, p.d_out};
   wide.intermediate = p.intermediate;
-  cpu_sketched_matmul(wide);
+  cpu_sketched_matmul(wide, {&p.S, &p.U});
 }
 
 // Likewise x, dL/dy, Z and dx stay 16-bit in the backward (widened or rounded chunk by chunk);
@@ -47,7 +49,7 @@ void backward_in_float32(const SketchedMatmulProblem& p, const SketchedMatmulGra
   if (dbias) wide_grads.bias = dbias->view();
   SketchedMatmulProblem wide{p.x, S.view(), U.view(), p.out, epilogue, p.rows, p.d_in, p.terms, p.rank, p.d_out};
   wide.intermediate = p.intermediate;
-  cpu_sketched_matmul_backward(wide, wide_grads);
+  cpu_sketched_matmul_backward(wide, wide_grads, {&p.S, &p.U});
   for (const auto* d : {&dS, &dU, &dbias}) {
     if (*d) (*d)->store();
   }

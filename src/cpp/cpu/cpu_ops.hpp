@@ -8,10 +8,19 @@
 
 namespace sketchcore::detail {
 
+/// The 16-bit factors of a float16 or bfloat16 problem whose S and U the CPU backend passes
+/// widened (cpu_backend.cpp), for the products that a native 16-bit GEMM takes as they are
+/// (cpu/gemm_bf16.hpp); null for other problems.
+struct HalfFactors {
+  const TensorView* S = nullptr;
+  const TensorView* U = nullptr;
+};
+
 /// Forward of the sketched GEMM (sketched_matmul_cpu.cpp).
-void cpu_sketched_matmul(const SketchedMatmulProblem& problem);
+void cpu_sketched_matmul(const SketchedMatmulProblem& problem, HalfFactors half = {});
 /// Backward of the sketched GEMM (sketched_matmul_cpu.cpp).
-void cpu_sketched_matmul_backward(const SketchedMatmulProblem& problem, const SketchedMatmulGradients& grads);
+void cpu_sketched_matmul_backward(const SketchedMatmulProblem& problem, const SketchedMatmulGradients& grads,
+                                  HalfFactors half = {});
 /// A block of a sketch operator, materialized (sketch_cpu.cpp).
 void cpu_sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0, std::int64_t col0);
 /// A sketch applied to a batch of matrices (sketch_cpu.cpp).

@@ -22,6 +22,10 @@ struct BuildInfo {
   std::string blas;          ///< CBLAS provider chosen at build time
   bool cuda = false;         ///< whether the CUDA backend was compiled in
   int cuda_runtime_version = 0;  ///< CUDA runtime version (e.g. 13000), 0 without CUDA
+  /// Whether this CPU runs the products of bfloat16 problems whose operands are bfloat16 in a
+  /// native bfloat16 GEMM (AVX512_BF16; off with SKETCHCORE_BF16_GEMM=0), rather than widening
+  /// them to float32 for BLAS. Same results up to float32 summation order either way.
+  bool cpu_bf16_gemm = false;
 };
 
 /// Returns how this library was built.

@@ -1,0 +1,36 @@
+// A bfloat16 GEMM with float32 accumulation on AVX512_BF16 (VDPBF16PS), for the products of a
+// bfloat16 problem whose operands are already bfloat16 values (cpu/sketched_matmul_cpu.cpp):
+// each product of two bfloat16 values is exact in float32 and the sums are float32 sums, so the
+// result is what sgemm gives on the widened operands, up to summation order, without widening
+// them. Only where the CPU has AVX512_BF16 (Intel Cooper Lake and Sapphire Rapids on, AMD Zen 4
+// on); elsewhere the callers widen and use sgemm.
+#pragma once
+
+#include <cstdint>
+
+#include "detail/layout.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SKETCHCORE_NO_CLONES)
+#define SKETCHCORE_GEMM_BF16 1
+#else
+#define SKETCHCORE_GEMM_BF16 0
+#endif
+
+namespace sketchcore::detail {
+
+/// A bfloat16 matrix operand (the bits, as std::uint16_t).
+using Bf16Operand = MatrixOperand<std::uint16_t>;
+
+/// True when gemm_bf16 may be called: compiled in, the CPU has AVX512_BF16 and the environment
+/// variable SKETCHCORE_BF16_GEMM is not "0" (both read once per process; "0" keeps the widening
+/// path, to compare the two).
+bool gemm_bf16_available() noexcept;
+
+/// C (m × n, row-major, leading dimension ldc) = alpha · A (m × k) · B (k × n) + beta · C, with
+/// bfloat16 A and B. Products are exact and accumulate in float32; like every VDPBF16PS GEMM,
+/// subnormal inputs count as zero and subnormal sums are flushed to zero. beta = 0: C is not
+/// read. Runs on sketchcore's workers (parallel_for). Requires gemm_bf16_available().
+void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const Bf16Operand& a,
+               const Bf16Operand& b, float* c, std::int64_t ldc, float beta = 0.0f);
+
+}  // namespace sketchcore::detail

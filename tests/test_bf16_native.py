@@ -1,0 +1,136 @@
+"""bfloat16 problems on a CPU with the native bfloat16 GEMM (AVX512_BF16; ``build_info()
+["cpu_bf16_gemm"]``): the products whose operands are bfloat16 values (X·Sp in the forward;
+Zᵀ·dL/dy, dL/dy·Upᵀ and the bias sums in a backward without activation or dropout) take them as
+they are. Each result must still be the float32 computation on the bfloat16 values, rounded once:
+checked against float64 on fresh shapes (hypothesis), and against the widening path of the same
+build (``SKETCHCORE_BF16_GEMM=0``, in a child process). Where the CPU lacks AVX512_BF16 the same
+assertions hold for the widening path."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sketchcore
+
+torch = pytest.importorskip("torch")
+ROUNDING = 2.0 ** -8  # a bfloat16 rounding (half an ulp is 2^-9 of the value), with room
+
+
+def bf16(generator, *shape, scale=1.0):
+    return (torch.randn(*shape, generator=generator, dtype=torch.float64) * scale).to(torch.bfloat16)
+
+
+def assert_close(got, want, magnitude, inner, what):
+    """|got − want| ≤ one bfloat16 rounding of want + float32 sums over `inner` terms of size
+    `magnitude` (the same sum over absolute values), elementwise."""
+    bound = ROUNDING * want.abs() + 2 * (inner + 2) * 2.0 ** -24 * magnitude + 1e-30
+    gap = (got.double() - want).abs()
+    assert bool(torch.all(gap <= bound)), f"{what}: worst gap {float((gap / bound).max()):.3g} of its bound"
+
+
+problems = st.fixed_dictionaries({
+    "rows": st.integers(1, 300), "d_in": st.integers(1, 90), "terms": st.integers(1, 3), "k": st.integers(1, 9),
+    "d_out": st.integers(1, 80), "column_major_x": st.booleans(), "three_d": st.booleans(), "seed": st.integers(0, 2**31),
+})
+
+
+def make(p):
+    gen = torch.Generator().manual_seed(p["seed"])
+    x = bf16(gen, p["rows"], p["d_in"])
+    if p["column_major_x"]:  # a BLAS operand in place, transposed: the native GEMM reads it so
+        x = x.t().contiguous().t()
+    S = bf16(gen, p["terms"], p["d_in"], p["k"], scale=p["d_in"] ** -0.5)
+    U = bf16(gen, p["terms"], p["k"], p["d_out"], scale=p["k"] ** -0.5)
+    if not p["three_d"] or p["terms"] == 1:
+        S, U = S[0], U[0]
+    return gen, x, S, U
+
+
+def packed(S, U):
+    """Sp (d_in × r) and Up (r × d_out) in float64."""
+    if S.dim() == 2:
+        return S.double(), U.double()
+    return torch.cat(list(S.double()), dim=1), torch.cat(list(U.double()), dim=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems)
+def test_forward_is_the_float32_computation_rounded_once(p):
+    _, x, S, U = make(p)
+    Sp, Up = packed(S, U)
+    r = Sp.shape[1]
+    z = torch.empty(p["rows"], r, dtype=torch.bfloat16)
+    y = sketchcore.sketched_matmul(x, S, U, scale=0.5, intermediate=z)
+    assert y.dtype == torch.bfloat16 and z.dtype == torch.bfloat16
+    x64 = x.double()
+    assert_close(z, x64 @ Sp, x64.abs() @ Sp.abs(), p["d_in"], "Z")
+    assert_close(y, 0.5 * (x64 @ Sp) @ Up, 0.5 * (x64.abs() @ Sp.abs()) @ Up.abs(), p["d_in"] + r, "y")
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems)
+def test_backward_without_activation_is_the_float32_computation_rounded_once(p):
+    gen, x, S, U = make(p)
+    Sp, Up = packed(S, U)
+    r = Sp.shape[1]
+    bias = bf16(gen, p["d_out"])
+    z = torch.empty(p["rows"], r, dtype=torch.bfloat16)
+    sketchcore.sketched_matmul(x, S, U, bias=bias, scale=0.5, intermediate=z)
+    g = bf16(gen, p["rows"], p["d_out"])
+    dx, dS, dU, dbias = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=bias, scale=0.5)
+    x64, g64, z64 = x.double(), g.double(), z.double()
+    gu, gu_abs = g64 @ Up.T, g64.abs() @ Up.abs().T
+    assert_close(dx, 0.5 * gu @ Sp.T, 0.5 * gu_abs @ Sp.abs().T, p["d_out"] + r, "dx")
+    dSp_want, dUp_want = 0.5 * x64.T @ gu, 0.5 * z64.T @ g64
+    dSp_mag, dUp_mag = 0.5 * x64.abs().T @ gu_abs, 0.5 * z64.abs().T @ g64.abs()
+    dSp_got, dUp_got = packed(dS, dU)
+    assert_close(dSp_got, dSp_want, dSp_mag, p["rows"] + p["d_out"], "dS")
+    assert_close(dUp_got, dUp_want, dUp_mag, p["rows"], "dU")
+    assert_close(dbias, g64.sum(0), g64.abs().sum(0), p["rows"], "dbias")
+    assert all(t.dtype == torch.bfloat16 for t in (dx, dS, dU, dbias))
+
+
+CHILD = textwrap.dedent("""
+    import sys, torch, sketchcore
+    gen = torch.Generator().manual_seed(8)
+    # 1100 rows: the backward takes more than one chunk; d_in 600 > one packed slab of 512
+    x = torch.randn(1100, 600, generator=gen).bfloat16()
+    S = (torch.randn(2, 600, 24, generator=gen) / 25).bfloat16()
+    U = (torch.randn(2, 24, 1030, generator=gen) / 7).bfloat16()
+    b = torch.randn(1030, generator=gen).bfloat16()
+    z = torch.empty(1100, 48, dtype=torch.bfloat16)
+    y = sketchcore.sketched_matmul(x, S, U, bias=b, intermediate=z)
+    g = torch.randn(1100, 1030, generator=gen).bfloat16()
+    grads = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=b)
+    torch.save({"native": sketchcore.build_info()["cpu_bf16_gemm"], "y": y, "z": z, "grads": grads}, sys.argv[1])
+""")
+
+
+def run_child(path, disable):
+    env = dict(os.environ)
+    env.pop("SKETCHCORE_BF16_GEMM", None)
+    if disable:
+        env["SKETCHCORE_BF16_GEMM"] = "0"
+    subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, check=True, timeout=300)
+    return torch.load(path)
+
+
+def test_native_and_widening_paths_agree_to_one_rounding(tmp_path):
+    native = run_child(tmp_path / "native.pt", disable=False)
+    widened = run_child(tmp_path / "widened.pt", disable=True)
+    assert widened["native"] is False
+    assert native["native"] == sketchcore.build_info()["cpu_bf16_gemm"]
+    pairs = [("y", native["y"], widened["y"]), ("z", native["z"], widened["z"])]
+    pairs += [(name, a, b) for name, a, b in zip(("dx", "dS", "dU", "dbias"), native["grads"], widened["grads"])]
+    for name, a, b in pairs:
+        # Both are float32 results rounded once: they differ by at most one bfloat16 step where
+        # the two summation orders straddle a rounding boundary (or by float32 noise near 0).
+        gap = (a.double() - b.double()).abs()
+        step = b.double().abs() * 2.0 ** -7 + 1e-3 * float(b.double().abs().max())
+        assert bool(torch.all(gap <= step)), (name, float((gap / step).max()))
+        assert float((a != b).double().mean()) < 0.05, (name, "too many elements differ")
