@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cpu/gemm_bf16.hpp"
@@ -151,6 +152,28 @@ TEST_F(GemmBf16, InfinitiesAndNaNPropagate) {
       } else {
         EXPECT_TRUE(std::isfinite(v)) << i << "," << j;
       }
+    }
+  }
+}
+
+TEST_F(GemmBf16, ColumnSumsMatchFloat64AndAccumulate) {
+  std::mt19937 gen(21);
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {37, 70}, {300, 257}, {5, 1030}}) {
+    const Matrix m = random_matrix(rows, cols, false, gen, false);
+    std::vector<float> sums(static_cast<std::size_t>(cols) + 1, -7.0f);  // one past the end: untouched
+    d::bfloat16_column_sums(m.bits.data(), m.ld, rows, cols, sums.data(), false);
+    std::vector<float> once(sums.begin(), sums.end() - 1);
+    d::bfloat16_column_sums(m.bits.data(), m.ld, rows, cols, sums.data(), true);  // adds a second time
+    EXPECT_EQ(sums.back(), -7.0f);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      double want = 0, magnitude = 0;
+      for (std::int64_t i = 0; i < rows; ++i) {
+        want += m.at(i, j);
+        magnitude += std::fabs(m.at(i, j));
+      }
+      const double bound = double(rows + 2) * 0x1p-24 * magnitude;
+      ASSERT_LE(std::fabs(once[static_cast<std::size_t>(j)] - want), bound) << rows << "×" << cols << " column " << j;
+      ASSERT_LE(std::fabs(sums[static_cast<std::size_t>(j)] - 2 * want), 2 * bound + 0x1p-23 * std::fabs(2 * want));
     }
   }
 }

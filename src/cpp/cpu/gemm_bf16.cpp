@@ -24,6 +24,12 @@
 #include "detail/scratch.hpp"
 
 #if SKETCHCORE_GEMM_BF16
+// GCC 12's avx512fintrin.h leaves the pass-through operand of unmasked operations undefined on
+// purpose, which -W(maybe-)uninitialized reports at every use.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #endif
 
@@ -33,7 +39,7 @@ namespace sketchcore::detail {
 
 namespace {
 
-#define SKETCHCORE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define SKETCHCORE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int kMr = 8;             // rows of the register kernel (8 × 2 accumulators)
 constexpr int kNr = 32;            // columns of the register kernel (two 16-lane vectors)
@@ -75,9 +81,18 @@ void pack_pairs(const std::uint16_t* base, std::int64_t ld, bool inner_contiguou
   }
 }
 
-/// C[i][j] = alpha · Σ_q a[q][i] · b[q][j] + beta · C[i][j] for i < rows, j < cols, over `pairs`
-/// packed pairs (C not read when beta = 0).
-SKETCHCORE_BF16_TARGET void multiply_tile(std::int64_t pairs, const std::uint32_t* a, const std::uint32_t* b, float* c,
+/// Where the register kernel reads the pairs of its kMr rows of A: pair q of row i at
+/// row[i] + q·pair_step (std::uint16_t units): a packed micro-panel (row[i] = panel + 2i,
+/// pair_step = 2·kMr), or A itself when its rows hold the inner index contiguously (row[i] the
+/// row's first index of the slab, pair_step = 2), which spares packing the larger operand.
+struct RowsOfA {
+  const std::uint16_t* row[kMr];
+  std::int64_t pair_step;
+};
+
+/// C[i][j] = alpha · Σ_q A-pair(i, q) · b[q][j] + beta · C[i][j] for i < rows, j < cols, over
+/// `pairs` pairs (C not read when beta = 0).
+SKETCHCORE_BF16_TARGET void multiply_tile(std::int64_t pairs, const RowsOfA& a, const std::uint32_t* b, float* c,
                                           std::int64_t ldc, int rows, int cols, float alpha, float beta) {
   __m512 sum[kMr][2];
   for (auto& row : sum) row[0] = row[1] = _mm512_setzero_ps();
@@ -85,7 +100,9 @@ SKETCHCORE_BF16_TARGET void multiply_tile(std::int64_t pairs, const std::uint32_
     const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + q * kNr));
     const auto b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + q * kNr + 16));
     for (int i = 0; i < kMr; ++i) {
-      const auto ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[q * kMr + i])));
+      std::uint32_t pair;
+      std::memcpy(&pair, a.row[i] + q * a.pair_step, sizeof pair);
+      const auto ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
       sum[i][0] = _mm512_dpbf16_ps(sum[i][0], ai, b0);
       sum[i][1] = _mm512_dpbf16_ps(sum[i][1], ai, b1);
     }
@@ -113,13 +130,43 @@ void scale_rows(std::int64_t m, std::int64_t n, float* c, std::int64_t ldc, floa
   }
 }
 
+/// Column sums of bfloat16 rows, 64 columns (four vectors of sums) at a time.
+SKETCHCORE_BF16_TARGET void column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t first,
+                                        std::int64_t last, float* sums, bool accumulate) {
+  for (std::int64_t j0 = first; j0 < last; j0 += 64) {
+    __mmask16 mask[4];
+    __m512 sum[4];
+    for (int v = 0; v < 4; ++v) {
+      const std::int64_t left = std::clamp<std::int64_t>(last - (j0 + 16 * v), 0, 16);
+      mask[v] = static_cast<__mmask16>((std::uint32_t{1} << left) - 1);
+      sum[v] = accumulate ? _mm512_maskz_loadu_ps(mask[v], sums + j0 + 16 * v) : _mm512_setzero_ps();
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::uint16_t* row = src + i * ld + j0;
+      for (int v = 0; v < 4; ++v) {  // bfloat16 → float32: the bits moved to the high half
+        const __m512i bits = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask[v], row + 16 * v));
+        sum[v] = _mm512_add_ps(sum[v], _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
+      }
+    }
+    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(sums + j0 + 16 * v, mask[v], sum[v]);
+  }
+}
+
 }  // namespace
+
+void bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* sums,
+                          bool accumulate) {
+  constexpr std::int64_t kBlock = 256;  // columns per task
+  parallel_for((cols + kBlock - 1) / kBlock, 1, [&](std::int64_t b0, std::int64_t b1) {
+    column_sums(src, ld, rows, b0 * kBlock, std::min(cols, b1 * kBlock), sums, accumulate);
+  });
+}
 
 bool gemm_bf16_available() noexcept {
   static const bool available = [] {
     const char* setting = std::getenv("SKETCHCORE_BF16_GEMM");
     if (setting && std::strcmp(setting, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   }();
   return available;
 }
@@ -144,11 +191,14 @@ void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
       });
       // Tiles in row-major order, so that a worker's consecutive tiles share their rows of A.
       parallel_for(row_tiles * col_tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-        Scratch<std::uint32_t> a_packed(pairs * kMc);
+        // Row-major A with an even slab is read in place; else its rows are packed per tile.
+        const bool a_in_place = !a.transposed && kb % 2 == 0;
+        Scratch<std::uint32_t> a_packed;
+        if (!a_in_place) a_packed.allocate(pairs * kMc);
         std::int64_t packed_tile_row = -1;
         for (std::int64_t t = t0; t < t1; ++t) {
           const std::int64_t m0 = (t / col_tiles) * kMc, mb = std::min(kMc, m - m0);
-          if (t / col_tiles != packed_tile_row) {
+          if (!a_in_place && t / col_tiles != packed_tile_row) {
             packed_tile_row = t / col_tiles;
             for (std::int64_t i = 0; i < mb; i += kMr) {
               pack_pairs(a.data, a.ld, !a.transposed, m0 + i, std::min<std::int64_t>(kMr, mb - i), k0, kb, kMr,
@@ -157,11 +207,21 @@ void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
           }
           const std::int64_t first_panel = (t % col_tiles) * (kTileCols / kNr);
           const std::int64_t last_panel = std::min(panels, first_panel + kTileCols / kNr);
-          for (std::int64_t p = first_panel; p < last_panel; ++p) {
-            const int cols = static_cast<int>(std::min<std::int64_t>(kNr, nb - p * kNr));
-            for (std::int64_t i = 0; i < mb; i += kMr) {
-              multiply_tile(pairs, a_packed.data() + (i / kMr) * pairs * kMr, b_packed.data() + p * pairs * kNr,
-                            c + (m0 + i) * ldc + j0 + p * kNr, ldc, static_cast<int>(std::min<std::int64_t>(kMr, mb - i)),
+          for (std::int64_t i = 0; i < mb; i += kMr) {
+            const int rows = static_cast<int>(std::min<std::int64_t>(kMr, mb - i));
+            RowsOfA rows_of_a{};
+            if (a_in_place) {
+              // Rows past m (the last micro-panel) repeat the last row: computed, never stored.
+              for (int r = 0; r < kMr; ++r) rows_of_a.row[r] = a.data + (m0 + i + std::min(r, rows - 1)) * a.ld + k0;
+              rows_of_a.pair_step = 2;
+            } else {
+              const auto* panel = reinterpret_cast<const std::uint16_t*>(a_packed.data() + (i / kMr) * pairs * kMr);
+              for (int r = 0; r < kMr; ++r) rows_of_a.row[r] = panel + 2 * r;
+              rows_of_a.pair_step = 2 * kMr;
+            }
+            for (std::int64_t p = first_panel; p < last_panel; ++p) {
+              const int cols = static_cast<int>(std::min<std::int64_t>(kNr, nb - p * kNr));
+              multiply_tile(pairs, rows_of_a, b_packed.data() + p * pairs * kNr, c + (m0 + i) * ldc + j0 + p * kNr, ldc, rows,
                             cols, alpha, slab_beta);
             }
           }
@@ -178,6 +238,10 @@ bool gemm_bf16_available() noexcept { return false; }
 void gemm_bf16(std::int64_t, std::int64_t, std::int64_t, float, const Bf16Operand&, const Bf16Operand&, float*,
                std::int64_t, float) {
   throw std::logic_error("sketchcore: gemm_bf16 called where gemm_bf16_available() is false");
+}
+
+void bfloat16_column_sums(const std::uint16_t*, std::int64_t, std::int64_t, std::int64_t, float*, bool) {
+  throw std::logic_error("sketchcore: bfloat16_column_sums called where gemm_bf16_available() is false");
 }
 
 #endif

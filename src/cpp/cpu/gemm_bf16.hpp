@@ -33,4 +33,11 @@ bool gemm_bf16_available() noexcept;
 void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const Bf16Operand& a,
                const Bf16Operand& b, float* c, std::int64_t ldc, float beta = 0.0f);
 
+/// sums[j] = Σ_i src[i·ld + j] (or sums[j] += that when `accumulate`) for j < cols, over i < rows,
+/// of bfloat16 values widened exactly, summed in float32: the bias gradient of a bfloat16
+/// backward without a widened copy. Columns are split over the workers. Requires
+/// gemm_bf16_available().
+void bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* sums,
+                          bool accumulate);
+
 }  // namespace sketchcore::detail

@@ -62,22 +62,6 @@ float load(const TensorView& view, std::int64_t offset) {
 
 }  // namespace
 
-void add_bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
-                              float* sums, bool first) {
-  constexpr std::int64_t kBlock = 256;  // columns per task: 1 KiB of sums, kept in L1 over the rows
-  parallel_for((cols + kBlock - 1) / kBlock, 1, [&](std::int64_t b0, std::int64_t b1) {
-    for (std::int64_t j0 = b0 * kBlock; j0 < std::min(cols, b1 * kBlock); j0 += kBlock) {
-      const std::int64_t width = std::min(kBlock, cols - j0);
-      float* out = sums + j0;
-      if (first) std::fill(out, out + width, 0.0f);
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const std::uint16_t* row = src + i * ld + j0;
-        for (std::int64_t j = 0; j < width; ++j) out[j] += bfloat16_to_float(row[j]);
-      }
-    }
-  });
-}
-
 Widened::Widened(const TensorView& view) : view_(view) {
   if (!is_half(view.dtype())) return;
   float* dst = storage_.allocate(view.numel());

@@ -72,12 +72,6 @@ void narrow_half(DType dtype, const float* src, std::uint16_t* dst, std::int64_t
 /// narrow_half(float16) without F16C, as on CPUs that lack it (exposed for the tests).
 void narrow_float16_portable(const float* src, std::uint16_t* dst, std::int64_t n) noexcept;
 
-/// sums[j] (+)= Σ_i src[i·ld + j] widened from bfloat16, for j < cols, over i < rows (sums
-/// overwritten when `first`, else added to): the bias gradient of a bfloat16 backward, in
-/// float32, without a widened copy. Columns are split over the workers.
-void add_bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
-                              float* sums, bool first);
-
 /// Whether the CPU computes `dtype` through float32 staging.
 inline bool is_half(DType dtype) noexcept { return dtype == DType::float16 || dtype == DType::bfloat16; }
 

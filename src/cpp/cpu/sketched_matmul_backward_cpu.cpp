@@ -126,7 +126,7 @@ class BackwardExecutor {
       if constexpr (std::is_same_v<T, float>) {
         if (native) {
           const Bf16Operand dy = rows_from<std::uint16_t>(native->dy, begin);
-          if (g_.bias) add_bfloat16_column_sums(dy.data, dy.ld, n, d_out, dbias.data(), begin == 0);
+          if (g_.bias) bfloat16_column_sums(dy.data, dy.ld, n, d_out, dbias.data(), begin > 0);
           if (g_.U && u_width > 0) {
             gemm_bf16(u_width, d_out, n, scale, transposed(cols_from<std::uint16_t>(rows_from<std::uint16_t>(native->z, begin), u_first)),
                       dy, du, ld_du, beta);
