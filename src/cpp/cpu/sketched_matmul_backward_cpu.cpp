@@ -140,7 +140,7 @@ class BackwardExecutor {
         Scratch<T> g_buffer, dy_staged, z_staged;
         const T* z_rows = z_base ? z_base + begin * ldz : nullptr;
         if (half_z) {
-          gather_rows<T>(*p_.intermediate, begin, end, z_staged.allocate(n * r_));
+          gather_rows_parallel<T>(*p_.intermediate, begin, end, z_staged.allocate(n * r_));
           z_rows = z_staged.data();
         }
         const MatrixOperand<T> zc{z_rows, false, ldz};
@@ -152,7 +152,7 @@ class BackwardExecutor {
           dy = dy_in_place->data + begin * dy_in_place->ld;
           ld_dy = dy_in_place->ld;
         } else {
-          gather_rows<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
+          gather_rows_parallel<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
           dy = dy_staged.data();
         }
         if (transform) {
@@ -179,7 +179,7 @@ class BackwardExecutor {
         if (x_in_place) {
           xc = rows_from<T>(*x_in_place, begin);
         } else {
-          gather_rows<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
+          gather_rows_parallel<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
           xc = {x_staged.data(), false, d_in};
         }
         if (s_width > 0) {

@@ -105,17 +105,24 @@ void scatter_rows(const T* src, std::int64_t ld, const TensorView& view, std::in
 }
 
 template <class T>
-void pack_rows(const TensorView& view, T* dst) {
+void gather_rows_parallel(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst) {
   const std::int64_t cols = view.size(-1);
-  parallel_for(count_rows(view), row_grain(cols), [&](std::int64_t begin, std::int64_t end) {
-    gather_rows<T>(view, begin, end, dst + begin * cols);
+  parallel_for(end - begin, row_grain(cols), [&](std::int64_t b, std::int64_t e) {
+    gather_rows<T>(view, begin + b, begin + e, dst + b * cols);
   });
+}
+
+template <class T>
+void pack_rows(const TensorView& view, T* dst) {
+  gather_rows_parallel<T>(view, 0, count_rows(view), dst);
 }
 
 template void gather_rows<float>(const TensorView&, std::int64_t, std::int64_t, float*);
 template void gather_rows<double>(const TensorView&, std::int64_t, std::int64_t, double*);
 template void scatter_rows<float>(const float*, std::int64_t, const TensorView&, std::int64_t, std::int64_t);
 template void scatter_rows<double>(const double*, std::int64_t, const TensorView&, std::int64_t, std::int64_t);
+template void gather_rows_parallel<float>(const TensorView&, std::int64_t, std::int64_t, float*);
+template void gather_rows_parallel<double>(const TensorView&, std::int64_t, std::int64_t, double*);
 template void pack_rows<float>(const TensorView&, float*);
 template void pack_rows<double>(const TensorView&, double*);
 

@@ -14,6 +14,11 @@ namespace sketchcore::detail {
 template <class T>
 void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst);
 
+/// gather_rows with the rows split over the workers (a pass over memory: a second thread pays
+/// off beyond ~256 KiB).
+template <class T>
+void gather_rows_parallel(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst);
+
 /// Copies a row-major block `src` (end − begin rows, leading dimension ld) into rows
 /// [begin, end) of `view` (..., cols). With T = float the view may also be float16 or
 /// bfloat16: the rows are rounded into it.
