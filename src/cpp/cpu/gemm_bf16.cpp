@@ -1,7 +1,8 @@
 // The bfloat16 GEMM of cpu/gemm_bf16.hpp, blocked the usual way (GotoBLAS): for each slab of
 // kKc inner indices and kNc columns, B is packed once into panels of kNr columns, then tiles of
-// kMc rows × kTileCols columns run on the workers, each packing its rows of A into micro-panels
-// of kMr rows and multiplying them into C with an 8 × 32 register kernel.
+// kMc rows × kTileCols columns run on the workers, multiplying kMr rows of A at a time into C
+// with an 8 × 32 register kernel. Row-major A (x and dL/dy, the large operands of the sketched
+// GEMM) is read in place; other layouts are packed per tile into micro-panels of kMr rows.
 //
 // VDPBF16PS multiplies pairs: lane j of a packed B panel holds (B[2q][j], B[2q+1][j]) and a
 // packed A entry (A[i][2q], A[i][2q+1]), broadcast to all lanes, so one instruction adds both
@@ -9,10 +10,10 @@
 // inner index runs across rows in memory) or copies 32-bit pairs (when it runs along a row);
 // an odd last index is paired with zero.
 //
-// Measured on one 2-core Zen 5 VM (standalone harness, two threads, medians of 15): 2048 × 1024
-// by 1024 × 128 in 1.6–1.8 ms, 2048 × 128 by 128 × 1024 in 1.7–2.4 ms, where torch's MKL sgemm
-// on the widened operands takes 2.9–3.0 ms (and MKL's own gemm_bf16bf16f32, not using
-// VDPBF16PS on this CPU, 3.1–4.5 ms).
+// Measured on one 2-core Zen 5 VM (standalone harness, two threads, medians of 41): 2048 × 1024
+// by 1024 × 128 in 1.5–1.6 ms, 2048 × 128 by 128 × 1024 in 1.6–1.7 ms, 128 × 1024 (transposed)
+// by 1024 × 1024 in 1.2–1.4 ms, where torch's MKL sgemm on the widened operands takes 2.9–3.0 ms
+// for the first (and MKL's own gemm_bf16bf16f32, not using VDPBF16PS on this CPU, 3.1–4.5 ms).
 #include "cpu/gemm_bf16.hpp"
 
 #include <algorithm>
