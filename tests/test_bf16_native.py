@@ -58,14 +58,23 @@ def packed(S, U):
     return torch.cat(list(S.double()), dim=1), torch.cat(list(U.double()), dim=0)
 
 
+def forward(p, bias=None):
+    """A fresh problem and its bfloat16 forward with the intermediate kept: (generator, x, S, U, Sp,
+    Up, z, y, bias); bias="draw" draws a bfloat16 bias from the generator."""
+    gen, x, S, U = make(p)
+    Sp, Up = packed(S, U)
+    z = torch.empty(p["rows"], Sp.shape[1], dtype=torch.bfloat16)
+    if bias == "draw":
+        bias = bf16(gen, p["d_out"])
+    y = sketchcore.sketched_matmul(x, S, U, bias=bias, scale=0.5, intermediate=z)
+    return gen, x, S, U, Sp, Up, z, y, bias
+
+
 @settings(max_examples=40, deadline=None)
 @given(problems)
 def test_forward_is_the_float32_computation_rounded_once(p):
-    _, x, S, U = make(p)
-    Sp, Up = packed(S, U)
+    _, x, S, U, Sp, Up, z, y, _ = forward(p)
     r = Sp.shape[1]
-    z = torch.empty(p["rows"], r, dtype=torch.bfloat16)
-    y = sketchcore.sketched_matmul(x, S, U, scale=0.5, intermediate=z)
     assert y.dtype == torch.bfloat16 and z.dtype == torch.bfloat16
     x64 = x.double()
     assert_close(z, x64 @ Sp, x64.abs() @ Sp.abs(), p["d_in"], "Z")
@@ -75,12 +84,8 @@ def test_forward_is_the_float32_computation_rounded_once(p):
 @settings(max_examples=40, deadline=None)
 @given(problems)
 def test_backward_without_activation_is_the_float32_computation_rounded_once(p):
-    gen, x, S, U = make(p)
-    Sp, Up = packed(S, U)
+    gen, x, S, U, Sp, Up, z, _, bias = forward(p, bias="draw")
     r = Sp.shape[1]
-    bias = bf16(gen, p["d_out"])
-    z = torch.empty(p["rows"], r, dtype=torch.bfloat16)
-    sketchcore.sketched_matmul(x, S, U, bias=bias, scale=0.5, intermediate=z)
     g = bf16(gen, p["rows"], p["d_out"])
     dx, dS, dU, dbias = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=bias, scale=0.5)
     x64, g64, z64 = x.double(), g.double(), z.double()

@@ -26,13 +26,7 @@
 #include "cpu/activations_avx512.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_AVX512
-// GCC 12's avx512fintrin.h leaves the pass-through operand of unmasked operations undefined on
-// purpose, which -W(maybe-)uninitialized reports at every use.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512_intrinsics.hpp"
 #endif
 
 namespace sketchcore::detail {

@@ -25,13 +25,7 @@
 #include "detail/scratch.hpp"
 
 #if SKETCHCORE_GEMM_BF16
-// GCC 12's avx512fintrin.h leaves the pass-through operand of unmasked operations undefined on
-// purpose, which -W(maybe-)uninitialized reports at every use.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "cpu/avx512_intrinsics.hpp"
 #endif
 
 namespace sketchcore::detail {
