@@ -100,6 +100,35 @@ def test_backward_without_activation_is_the_float32_computation_rounded_once(p):
     assert all(t.dtype == torch.bfloat16 for t in (dx, dS, dU, dbias))
 
 
+@settings(max_examples=30, deadline=None)
+@given(terms=st.integers(1, 4), data=st.data(), with_dx=st.booleans(), seed=st.integers(0, 2**31))
+def test_term_ranges_of_the_native_backward_are_slices_of_the_full_gradients(terms, data, with_dx, seed):
+    """S_terms / U_terms select columns of Z and of G·Upᵀ inside the native products: each part is
+    the full gradient's slice (within one bfloat16 step: the float32 GEMM after G·Upᵀ may sum a
+    narrower matrix in another order)."""
+    s_begin = data.draw(st.integers(0, terms))
+    s_end = data.draw(st.integers(s_begin, terms))
+    u_begin = data.draw(st.integers(0, terms))
+    u_end = data.draw(st.integers(u_begin, terms))
+    p = {"rows": 70, "d_in": 33, "terms": terms, "k": 5, "d_out": 41, "column_major_x": False, "three_d": True,
+         "seed": seed}
+    gen, x, S, U, _, _, z, _, bias = forward(p, bias="draw")
+    if S.dim() == 2:
+        S, U = S[None], U[None]
+    g = bf16(gen, 70, 41)
+    full = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=bias)
+    needs = ("x", "S", "U") if with_dx else ("S", "U")
+    part = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=bias, needs=needs, S_terms=(s_begin, s_end),
+                                               U_terms=(u_begin, u_end))
+    pairs = [(part[1], full[1][s_begin:s_end]), (part[2], full[2][u_begin:u_end])]
+    if with_dx:
+        pairs.append((part[0], full[0]))
+    for got, want in pairs:
+        assert got.shape == want.shape
+        step = want.double().abs() * 2.0 ** -7 + 1e-6
+        assert bool(torch.all((got.double() - want.double()).abs() <= step))
+
+
 CHILD = textwrap.dedent("""
     import sys, torch, sketchcore
     gen = torch.Generator().manual_seed(8)
