@@ -609,7 +609,8 @@ def build_info():
         ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in),
         ``cuda_runtime_version`` (int, 0 without CUDA) and ``cpu_bf16_gemm`` (bool: this CPU
         multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
-        them to float32; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off).
+        them to float32: the same results up to summation order, but subnormal inputs, products and
+        sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off).
 
     Raises
     ------

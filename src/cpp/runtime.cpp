@@ -7,12 +7,12 @@
 #include <string>
 #include <thread>
 
+#include "cpu/gemm_bf16.hpp"
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
 #include "detail/backend.hpp"
 #include "detail/parallel.hpp"
 #include "sketchcore/version.hpp"
-#include "cpu/gemm_bf16.hpp"
 
 namespace sketchcore {
 

@@ -18,7 +18,7 @@ struct HalfFactors {
 
 /// Forward of the sketched GEMM (sketched_matmul_cpu.cpp).
 void cpu_sketched_matmul(const SketchedMatmulProblem& problem, HalfFactors half = {});
-/// Backward of the sketched GEMM (sketched_matmul_cpu.cpp).
+/// Backward of the sketched GEMM (sketched_matmul_backward_cpu.cpp).
 void cpu_sketched_matmul_backward(const SketchedMatmulProblem& problem, const SketchedMatmulGradients& grads,
                                   HalfFactors half = {});
 /// A block of a sketch operator, materialized (sketch_cpu.cpp).

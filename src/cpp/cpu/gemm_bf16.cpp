@@ -45,6 +45,11 @@ constexpr std::int64_t kTileCols = 256;
 
 std::int64_t pairs_of(std::int64_t count) { return (count + 1) / 2; }
 
+/// The mask of the first `count` of 16 lanes (all for count ≥ 16, none for count ≤ 0).
+__mmask16 lanes(std::int64_t count) {
+  return static_cast<__mmask16>((std::uint32_t{1} << std::clamp<std::int64_t>(count, 0, 16)) - 1);
+}
+
 /// Packs `count` (≤ width) rows or columns of an operand, inner indices [k0, k0 + kb), into
 /// dst[q][j] = (element(first + j, k0 + 2q), element(first + j, k0 + 2q + 1)), the pair's high
 /// half zero past kb and whole pairs zero for j ≥ count. element(i, kk) is base[i·ld + kk]
@@ -102,8 +107,7 @@ SKETCHCORE_BF16_TARGET void multiply_tile(std::int64_t pairs, const RowsOfA& a, 
       sum[i][1] = _mm512_dpbf16_ps(sum[i][1], ai, b1);
     }
   }
-  const auto mask = [](int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); };
-  const __mmask16 m0 = mask(cols), m1 = mask(cols - 16);
+  const __mmask16 m0 = lanes(cols), m1 = lanes(cols - 16);
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int i = 0; i < rows; ++i) {
     float* ci = c + i * ldc;
@@ -132,8 +136,7 @@ SKETCHCORE_BF16_TARGET void column_sums(const std::uint16_t* src, std::int64_t l
     __mmask16 mask[4];
     __m512 sum[4];
     for (int v = 0; v < 4; ++v) {
-      const std::int64_t left = std::clamp<std::int64_t>(last - (j0 + 16 * v), 0, 16);
-      mask[v] = static_cast<__mmask16>((std::uint32_t{1} << left) - 1);
+      mask[v] = lanes(last - (j0 + 16 * v));
       sum[v] = accumulate ? _mm512_maskz_loadu_ps(mask[v], sums + j0 + 16 * v) : _mm512_setzero_ps();
     }
     for (std::int64_t i = 0; i < rows; ++i) {
@@ -146,6 +149,8 @@ SKETCHCORE_BF16_TARGET void column_sums(const std::uint16_t* src, std::int64_t l
     for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(sums + j0 + 16 * v, mask[v], sum[v]);
   }
 }
+
+#undef SKETCHCORE_BF16_TARGET
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 // A bfloat16 GEMM with float32 accumulation on AVX512_BF16 (VDPBF16PS), for the products of a
-// bfloat16 problem whose operands are already bfloat16 values (cpu/sketched_matmul_cpu.cpp):
+// bfloat16 problem whose operands are already bfloat16 values (cpu/sketched_matmul_cpu.cpp and
+// cpu/sketched_matmul_backward_cpu.cpp):
 // each product of two bfloat16 values is exact in float32 and the sums are float32 sums, so the
 // result is what sgemm gives on the widened operands, up to summation order, without widening
 // them. Only where the CPU has AVX512_BF16 (Intel Cooper Lake and Sapphire Rapids on, AMD Zen 4

@@ -22,17 +22,16 @@ constexpr std::int64_t kMinChunkRows = 1024;
 /// How the product X·Sp is formed.
 template <class T>
 struct FirstFactor {
-  MatrixOperand<T> sp{nullptr, false, 1};   // Sp when it is a matrix (in place or packed)
-  bool batched = false;                  // else: one batched call over S_t (d_in × k each)
-  MatrixOperand<T> s0{nullptr, false, 1};   // S_0 as a matrix, for the batched call
+  MatrixOperand<T> sp{nullptr, false, 1};  // Sp when it is a matrix (in place or packed)
+  bool batched = false;                     // else: one batched call over S_t (d_in × k each)
+  MatrixOperand<T> s0{nullptr, false, 1};  // S_0 as a matrix, for the batched call
   std::int64_t term_stride = 0;
 };
-
 
 /// `allow_batched` = false guarantees a matrix Sp (the backward multiplies by Spᵀ).
 template <class T>
 inline FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t chunk_rows, Scratch<T>& scratch,
-                            bool allow_batched = true) {
+                                   bool allow_batched = true) {
   const TensorView& S = p.S;
   const std::int64_t r = p.terms * p.rank;
   const auto* base = static_cast<const T*>(S.data());

@@ -56,7 +56,8 @@ class Executor {
     if (!is_half(p.x.dtype())) x_in_place_ = operand_in_place<T>(p.x);
     // bfloat16 x and S: X·Sp in the native GEMM, x read in place (never widened).
     if (std::is_same_v<T, float> && half.S && p.x.dtype() == DType::bfloat16 && gemm_bf16_available()) {
-      if ((x16_ = operand_in_place<std::uint16_t>(p.x))) s16_ = half.S;
+      x16_ = operand_in_place<std::uint16_t>(p.x);
+      if (x16_) s16_ = half.S;
     }
     if (auto o = operand_in_place<T>(p.out); o && !o->transposed && !is_half(p.out.dtype())) {
       out_in_place_ = MatrixOperand<T>{o->data, false, o->ld};

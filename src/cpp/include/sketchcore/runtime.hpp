@@ -24,7 +24,8 @@ struct BuildInfo {
   int cuda_runtime_version = 0;  ///< CUDA runtime version (e.g. 13000), 0 without CUDA
   /// Whether this CPU runs the products of bfloat16 problems whose operands are bfloat16 in a
   /// native bfloat16 GEMM (AVX512_BF16; off with SKETCHCORE_BF16_GEMM=0), rather than widening
-  /// them to float32 for BLAS. Same results up to float32 summation order either way.
+  /// them to float32 for BLAS. Same results up to float32 summation order either way, except
+  /// that the native GEMM flushes subnormal inputs, products and sums to zero (as VDPBF16PS does).
   bool cpu_bf16_gemm = false;
 };
 
