@@ -29,8 +29,9 @@ bool gemm_bf16_available() noexcept;
 
 /// C (m × n, row-major, leading dimension ldc) = alpha · A (m × k) · B (k × n) + beta · C, with
 /// bfloat16 A and B. Products are exact and accumulate in float32; like every VDPBF16PS GEMM,
-/// subnormal inputs count as zero and subnormal sums are flushed to zero. beta = 0: C is not
-/// read. Runs on sketchcore's workers (parallel_for). Requires gemm_bf16_available().
+/// subnormal inputs count as zero and subnormal products and sums are flushed to zero. alpha
+/// scales each slab of 512 inner indices as it is added to C (one more rounding per slab where
+/// alpha is not a power of two). beta = 0: C is not read. Runs on sketchcore's workers (parallel_for). Requires gemm_bf16_available().
 void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const Bf16Operand& a,
                const Bf16Operand& b, float* c, std::int64_t ldc, float beta = 0.0f);
 
