@@ -58,148 +58,173 @@ class BackwardExecutor {
       }
       return;
     }
-    Scratch<T> s_scratch, u_scratch, dsp, dup, dbias, ones;
-    const MatrixOperand<T> sp = first_factor<T>(p_, p_.rows, s_scratch, /*allow_batched=*/false).sp;
-    const MatrixOperand<T> up = whole_operand<T>(p_.U, u_scratch);
-    // 16-bit x, dL/dy, Z and dx (cpu_backend.cpp passes them unwidened) are widened, or dx
-    // rounded, chunk by chunk below: never a full-size float32 copy.
-    const bool half_z = is_half(p_.intermediate->dtype());
-    const RowMatrix zm = as_row_matrix(*p_.intermediate);
-    const std::int64_t ldz = half_z ? r_ : rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
-    const auto* z_base = half_z ? nullptr : static_cast<const T*>(p_.intermediate->data());
-    std::optional<MatrixOperand<T>> x_in_place, dy_in_place;
-    if (!is_half(p_.x.dtype())) x_in_place = operand_in_place<T>(p_.x);
-    if (!is_half(p_.out.dtype())) dy_in_place = operand_in_place<T>(p_.out);
-    std::optional<MatrixOperand<T>> dx_in_place;
-    if (g_.x && !is_half(g_.x->dtype())) {
-      if (auto o = operand_in_place<T>(*g_.x); o && !o->transposed) dx_in_place = o;
+    prepare();
+    for (std::int64_t begin = 0; begin < rows; begin += chunk_) {
+      const std::int64_t end = std::min(rows, begin + chunk_), n = end - begin;
+      Scratch<T> gu;
+      T* const gup = g_.S || g_.x ? gu.allocate(n * gu_width_) : nullptr;
+      if (native_) {
+        native_products(begin, end, gup);
+      } else {
+        float_products(begin, end, gup);
+      }
+      if (g_.S) sketch_gradient(begin, end, gup);
+      if (g_.x) input_gradient(begin, end, gup);
     }
-    const bool needs_h = p_.epilogue.activation != Activation::none;
-    const bool transform = needs_h || epilogue_.dropout.enabled;
+    if (g_.bias) scatter_rows<T>(dbias_.data(), d_out, as_vector_row(*g_.bias), 0, 1);
+    if (g_.U && !du_direct_) scatter_rows<T>(dup_.data(), d_out, *g_.U, 0, u_width_);  // (terms, k, d_out) rows
+    if (g_.S && !ds_direct_) unpack_sketch_gradient(dsp_.data(), s_width_);
+  }
+
+ private:
+  /// The factors as operands, which operands are read in place, the chunk size, and where dUp,
+  /// dSp and dbias accumulate over the chunks.
+  void prepare() {
+    const std::int64_t rows = p_.rows, d_out = p_.d_out, d_in = p_.d_in;
+    sp_ = first_factor<T>(p_, p_.rows, s_scratch_, /*allow_batched=*/false).sp;
+    up_ = whole_operand<T>(p_.U, u_scratch_);
+    // 16-bit x, dL/dy, Z and dx (cpu_backend.cpp passes them unwidened) are widened, or dx
+    // rounded, chunk by chunk: never a full-size float32 copy.
+    half_z_ = is_half(p_.intermediate->dtype());
+    const RowMatrix zm = as_row_matrix(*p_.intermediate);
+    ldz_ = half_z_ ? r_ : rows > 1 ? *zm.row_stride : std::max<std::int64_t>(r_, 1);
+    z_base_ = half_z_ ? nullptr : static_cast<const T*>(p_.intermediate->data());
+    if (!is_half(p_.x.dtype())) x_in_place_ = operand_in_place<T>(p_.x);
+    if (!is_half(p_.out.dtype())) dy_in_place_ = operand_in_place<T>(p_.out);
+    if (g_.x && !is_half(g_.x->dtype())) {
+      if (auto o = operand_in_place<T>(*g_.x); o && !o->transposed) dx_in_place_ = o;
+    }
+    needs_h_ = p_.epilogue.activation != Activation::none;
+    const bool transform = needs_h_ || epilogue_.dropout.enabled;
     // Rows per chunk: the chunk's G (n × d_out) within the staging budget, and its staged x or
     // dx rows (n × d_in) too when they cannot be used in place (16-bit, or strided).
-    const bool stages_x = (g_.S && !x_in_place) || (g_.x && !dx_in_place);
+    const bool stages_x = (g_.S && !x_in_place_) || (g_.x && !dx_in_place_);
     const std::int64_t widest = stages_x ? std::max(d_out, d_in) : d_out;
-    const std::int64_t chunk =
-        std::clamp<std::int64_t>(kBackwardStagingBytes / (widest * std::int64_t(sizeof(T))), 256, rows);
+    chunk_ = std::clamp<std::int64_t>(kBackwardStagingBytes / (widest * std::int64_t(sizeof(T))), 256, rows);
     if (g_.bias) {
-      T* one = ones.allocate(chunk);
-      std::fill(one, one + chunk, T(1));
-      dbias.allocate(d_out);
+      T* one = ones_.allocate(chunk_);
+      std::fill(one, one + chunk_, T(1));
+      dbias_.allocate(d_out);
     }
     // Only the requested terms: columns [s_first, s_first + s_width) of G·Upᵀ give dSp,
-    // rows [u_first, u_first + u_width) of Zᵀ·G give dUp.
-    const std::int64_t s_first = g_.S_terms.begin * p_.rank, s_width = (g_.S_terms.end - g_.S_terms.begin) * p_.rank;
-    const std::int64_t u_first = g_.U_terms.begin * p_.rank, u_width = (g_.U_terms.end - g_.U_terms.begin) * p_.rank;
+    // rows [u_first, u_first + u_width) of Zᵀ·G give dUp; G·Upᵀ keeps all r columns for dx,
+    // else only the ones dS needs (stored from column 0).
+    s_first_ = g_.S_terms.begin * p_.rank;
+    s_width_ = (g_.S_terms.end - g_.S_terms.begin) * p_.rank;
+    u_first_ = g_.U_terms.begin * p_.rank;
+    u_width_ = (g_.U_terms.end - g_.U_terms.begin) * p_.rank;
+    gu_first_ = g_.x ? 0 : s_first_;
+    gu_width_ = g_.x ? r_ : s_width_;
     // dUp and dSp accumulate over the chunks directly in the destinations when their
     // layouts are BLAS matrices, else in pooled buffers copied out at the end.
-    std::optional<MatrixOperand<T>> du_direct, ds_direct;
     if (g_.U) {
-      if (auto o = operand_in_place<T>(*g_.U); o && !o->transposed) du_direct = o;
-      if (!du_direct) dup.allocate(u_width * d_out);
+      if (auto o = operand_in_place<T>(*g_.U); o && !o->transposed) du_direct_ = o;
+      if (!du_direct_) dup_.allocate(u_width_ * d_out);
     }
     if (g_.S) {
       const TensorView& gs = *g_.S;
       if (const auto cs = sketch_column_stride(gs, p_.rank)) {
-        if (auto o = operand_in_place(static_cast<const T*>(gs.data()), d_in, s_width, gs.stride(-2), *cs);
+        if (auto o = operand_in_place(static_cast<const T*>(gs.data()), d_in, s_width_, gs.stride(-2), *cs);
             o && !o->transposed) {
-          ds_direct = o;
+          ds_direct_ = o;
         }
       }
-      if (!ds_direct) dsp.allocate(d_in * s_width);
+      if (!ds_direct_) dsp_.allocate(d_in * s_width_);
     }
-    T* const du = du_direct ? const_cast<T*>(du_direct->data) : dup.data();
-    const std::int64_t ld_du = du_direct ? du_direct->ld : d_out;
-    T* const ds = ds_direct ? const_cast<T*>(ds_direct->data) : dsp.data();
-    const std::int64_t ld_ds = ds_direct ? ds_direct->ld : s_width;
-    const T scale = static_cast<T>(p_.epilogue.scale);
+    du_ = du_direct_ ? const_cast<T*>(du_direct_->data) : dup_.data();
+    ld_du_ = du_direct_ ? du_direct_->ld : d_out;
+    ds_ = ds_direct_ ? const_cast<T*>(ds_direct_->data) : dsp_.data();
+    ld_ds_ = ds_direct_ ? ds_direct_->ld : s_width_;
+    scale_ = static_cast<T>(p_.epilogue.scale);
     // bfloat16 dL/dy, Z and U with no activation or dropout: G = dL/dy, and dbias, dUp and G·Upᵀ
     // take the 16-bit values as they are (the native GEMM; nothing widened).
-    const std::optional<NativeOperands> native = transform ? std::nullopt : native_operands();
-    for (std::int64_t begin = 0; begin < rows; begin += chunk) {
-      const std::int64_t end = std::min(rows, begin + chunk), n = end - begin;
-      const T beta = begin == 0 ? T(0) : T(1);
-      // G·Upᵀ: all r columns for dx, else only the ones dS needs (stored from column 0).
-      const std::int64_t gu_first = g_.x ? 0 : s_first, gu_width = g_.x ? r_ : s_width;
-      Scratch<T> x_staged, gu, dx_staged;
-      T* const gup = g_.S || g_.x ? gu.allocate(n * gu_width) : nullptr;
-      if constexpr (std::is_same_v<T, float>) {
-        if (native) {
-          const Bf16Operand dy = rows_from<std::uint16_t>(native->dy, begin);
-          if (g_.bias) bfloat16_column_sums(dy.data, dy.ld, n, d_out, dbias.data(), begin > 0);
-          if (g_.U && u_width > 0) {
-            gemm_bf16(u_width, d_out, n, scale, transposed(cols_from<std::uint16_t>(rows_from<std::uint16_t>(native->z, begin), u_first)),
-                      dy, du, ld_du, beta);
-          }
-          if (gup && gu_width > 0) {
-            gemm_bf16(n, gu_width, d_out, 1.0f, dy, transposed(rows_from<std::uint16_t>(native->up, gu_first)), gup, gu_width);
-          }
-        }
-      }
-      if (!native) {
-        Scratch<T> g_buffer, dy_staged, z_staged;
-        const T* z_rows = z_base ? z_base + begin * ldz : nullptr;
-        if (half_z) {
-          gather_rows_parallel<T>(*p_.intermediate, begin, end, z_staged.allocate(n * r_));
-          z_rows = z_staged.data();
-        }
-        const MatrixOperand<T> zc{z_rows, false, ldz};
-        // G for this chunk (n × d_out).
-        MatrixOperand<T> gc;
-        const T* dy = nullptr;
-        std::int64_t ld_dy = d_out;
-        if (dy_in_place && !dy_in_place->transposed) {
-          dy = dy_in_place->data + begin * dy_in_place->ld;
-          ld_dy = dy_in_place->ld;
-        } else {
-          gather_rows_parallel<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
-          dy = dy_staged.data();
-        }
-        if (transform) {
-          T* g = g_buffer.allocate(n * d_out);
-          if (needs_h) gemm<T>(n, d_out, r_, scale, zc, up, g, d_out);  // H without the bias
-          const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / d_out);
-          parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
-            apply_epilogue_backward<T>(dy + b * ld_dy, ld_dy, g + b * d_out, d_out, e - b, d_out, begin + b, epilogue_);
-          });
-          gc = {g, false, d_out};
-        } else {
-          gc = {dy, false, ld_dy};
-        }
-        if (g_.bias) {
-          gemm<T>(1, d_out, n, T(1), {ones.data(), false, n}, gc, dbias.data(), d_out, beta);
-        }
-        if (g_.U && u_width > 0) {
-          gemm<T>(u_width, d_out, n, scale, transposed(MatrixOperand<T>{zc.data + u_first, false, ldz}), gc, du, ld_du, beta);
-        }
-        if (gup && gu_width > 0) gemm<T>(n, gu_width, d_out, T(1), gc, transposed(rows_from<T>(up, gu_first)), gup, gu_width);
-      }
-      if (g_.S) {
-        MatrixOperand<T> xc;
-        if (x_in_place) {
-          xc = rows_from<T>(*x_in_place, begin);
-        } else {
-          gather_rows_parallel<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
-          xc = {x_staged.data(), false, d_in};
-        }
-        if (s_width > 0) {
-          gemm<T>(d_in, s_width, n, scale, transposed(xc), {gup + s_first - gu_first, false, gu_width}, ds, ld_ds,
-                  beta);
-        }
-      }
-      if (g_.x) {
-        T* dx = dx_in_place ? const_cast<T*>(dx_in_place->data) + begin * dx_in_place->ld : dx_staged.allocate(n * d_in);
-        const std::int64_t ldx = dx_in_place ? dx_in_place->ld : d_in;
-        gemm<T>(n, d_in, r_, scale, {gup, false, gu_width}, transposed(sp), dx, ldx);
-        if (!dx_in_place) scatter_rows<T>(dx, ldx, *g_.x, begin, end);
-      }
-    }
-    if (g_.bias) scatter_rows<T>(dbias.data(), d_out, as_vector_row(*g_.bias), 0, 1);
-    if (g_.U && !du_direct) scatter_rows<T>(dup.data(), d_out, *g_.U, 0, u_width);  // (terms, k, d_out) rows
-    if (g_.S && !ds_direct) unpack_sketch_gradient(dsp.data(), s_width);
+    if (!transform) native_ = native_operands();
   }
 
- private:
+  /// Rows [begin, end) in the native bfloat16 GEMM: dbias and dUp accumulated, G·Upᵀ into gup.
+  void native_products(std::int64_t begin, std::int64_t end, T* gup) {
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t n = end - begin, d_out = p_.d_out;
+      const float beta = begin == 0 ? 0.0f : 1.0f;
+      const Bf16Operand dy = rows_from<std::uint16_t>(native_->dy, begin);
+      if (g_.bias) bfloat16_column_sums(dy.data, dy.ld, n, d_out, dbias_.data(), begin > 0);
+      if (g_.U && u_width_ > 0) {
+        const Bf16Operand z = cols_from<std::uint16_t>(rows_from<std::uint16_t>(native_->z, begin), u_first_);
+        gemm_bf16(u_width_, d_out, n, scale_, transposed(z), dy, du_, ld_du_, beta);
+      }
+      if (gup && gu_width_ > 0) {
+        gemm_bf16(n, gu_width_, d_out, 1.0f, dy, transposed(rows_from<std::uint16_t>(native_->up, gu_first_)), gup,
+                  gu_width_);
+      }
+    }
+  }
+
+  /// Rows [begin, end) in BLAS: G (dL/dy, or dL/dy through the epilogue's gradient), dbias and dUp
+  /// accumulated, G·Upᵀ into gup.
+  void float_products(std::int64_t begin, std::int64_t end, T* gup) {
+    const std::int64_t n = end - begin, d_out = p_.d_out;
+    const T beta = begin == 0 ? T(0) : T(1);
+    Scratch<T> g_buffer, dy_staged, z_staged;
+    const T* z_rows = z_base_ ? z_base_ + begin * ldz_ : nullptr;
+    if (half_z_) {
+      gather_rows_parallel<T>(*p_.intermediate, begin, end, z_staged.allocate(n * r_));
+      z_rows = z_staged.data();
+    }
+    const MatrixOperand<T> zc{z_rows, false, ldz_};
+    const T* dy = nullptr;
+    std::int64_t ld_dy = d_out;
+    if (dy_in_place_ && !dy_in_place_->transposed) {
+      dy = dy_in_place_->data + begin * dy_in_place_->ld;
+      ld_dy = dy_in_place_->ld;
+    } else {
+      gather_rows_parallel<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
+      dy = dy_staged.data();
+    }
+    MatrixOperand<T> gc{dy, false, ld_dy};  // G for this chunk (n × d_out)
+    if (needs_h_ || epilogue_.dropout.enabled) {
+      T* g = g_buffer.allocate(n * d_out);
+      if (needs_h_) gemm<T>(n, d_out, r_, scale_, zc, up_, g, d_out);  // H without the bias
+      const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / d_out);
+      parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+        apply_epilogue_backward<T>(dy + b * ld_dy, ld_dy, g + b * d_out, d_out, e - b, d_out, begin + b, epilogue_);
+      });
+      gc = {g, false, d_out};
+    }
+    if (g_.bias) gemm<T>(1, d_out, n, T(1), {ones_.data(), false, n}, gc, dbias_.data(), d_out, beta);
+    if (g_.U && u_width_ > 0) {
+      gemm<T>(u_width_, d_out, n, scale_, transposed(MatrixOperand<T>{zc.data + u_first_, false, ldz_}), gc, du_, ld_du_,
+              beta);
+    }
+    if (gup && gu_width_ > 0) gemm<T>(n, gu_width_, d_out, T(1), gc, transposed(rows_from<T>(up_, gu_first_)), gup, gu_width_);
+  }
+
+  /// dSp += scale · X[begin, end)ᵀ · (G·Upᵀ)[:, S's columns].
+  void sketch_gradient(std::int64_t begin, std::int64_t end, const T* gup) {
+    const std::int64_t n = end - begin, d_in = p_.d_in;
+    Scratch<T> x_staged;
+    MatrixOperand<T> xc;
+    if (x_in_place_) {
+      xc = rows_from<T>(*x_in_place_, begin);
+    } else {
+      gather_rows_parallel<T>(p_.x, begin, end, x_staged.allocate(n * d_in));
+      xc = {x_staged.data(), false, d_in};
+    }
+    if (s_width_ > 0) {
+      gemm<T>(d_in, s_width_, n, scale_, transposed(xc), {gup + s_first_ - gu_first_, false, gu_width_}, ds_, ld_ds_,
+              begin == 0 ? T(0) : T(1));
+    }
+  }
+
+  /// dX[begin, end) = scale · (G·Upᵀ) · Spᵀ, written in place or staged and scattered (rounded).
+  void input_gradient(std::int64_t begin, std::int64_t end, const T* gup) {
+    const std::int64_t n = end - begin, d_in = p_.d_in;
+    Scratch<T> dx_staged;
+    T* dx = dx_in_place_ ? const_cast<T*>(dx_in_place_->data) + begin * dx_in_place_->ld : dx_staged.allocate(n * d_in);
+    const std::int64_t ldx = dx_in_place_ ? dx_in_place_->ld : d_in;
+    gemm<T>(n, d_in, r_, scale_, {gup, false, gu_width_}, transposed(sp_), dx, ldx);
+    if (!dx_in_place_) scatter_rows<T>(dx, ldx, *g_.x, begin, end);
+  }
+
   /// The bfloat16 dL/dy (row-major rows), Z and Up of a native backward (see run).
   struct NativeOperands {
     Bf16Operand dy, z, up;
@@ -256,6 +281,19 @@ class BackwardExecutor {
   const std::int64_t r_;
   const EpilogueArgs<T> epilogue_;
   const HalfFactors half_;
+  // Set by prepare() for the chunks.
+  Scratch<T> s_scratch_, u_scratch_, dsp_, dup_, dbias_, ones_;
+  MatrixOperand<T> sp_{nullptr, false, 1}, up_{nullptr, false, 1};
+  bool half_z_ = false, needs_h_ = false;
+  std::int64_t ldz_ = 1, chunk_ = 1;
+  const T* z_base_ = nullptr;
+  std::optional<MatrixOperand<T>> x_in_place_, dy_in_place_, dx_in_place_, du_direct_, ds_direct_;
+  std::int64_t s_first_ = 0, s_width_ = 0, u_first_ = 0, u_width_ = 0, gu_first_ = 0, gu_width_ = 0;
+  T* du_ = nullptr;
+  T* ds_ = nullptr;
+  std::int64_t ld_du_ = 1, ld_ds_ = 1;
+  T scale_ = T(1);
+  std::optional<NativeOperands> native_;  // the native bfloat16 path (float only), else empty
 };
 
 }  // namespace
