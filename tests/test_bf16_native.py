@@ -132,7 +132,9 @@ def test_term_ranges_of_the_native_backward_are_slices_of_the_full_gradients(ter
         pairs.append((part[0], full[0]))
     for got, want in pairs:
         assert got.shape == want.shape
-        step = want.double().abs() * 2.0 ** -7 + 1e-6
+        # one bfloat16 step, or float32 noise where the sum cancels (the widening path's BLAS may
+        # sum a narrower matrix in another order)
+        step = want.double().abs() * 2.0 ** -7 + 1e-4 * float(want.double().abs().max())
         assert bool(torch.all((got.double() - want.double()).abs() <= step))
 
 
