@@ -18,10 +18,6 @@ namespace sketchcore::detail {
 namespace {
 
 // The activations and their derivatives on a double (the float32 argument widened).
-struct ReluF {
-  static double forward(double z) { return z < 0.0 ? 0.0 : z; }
-  static double derivative(double h) { return h > 0.0 ? 1.0 : 0.0; }
-};
 struct GeluErfF {
   static double forward(double z) {
     double cdf, pdf;
@@ -50,47 +46,42 @@ SKETCHCORE_CLONES void bias_only(float* __restrict y, const float* __restrict bi
   for (std::int64_t j = 0; j < n; ++j) y[j] += bias[j];
 }
 
-// The sum z = y + bias is rounded to float32 first, as the scalar formulas do.
+// An element function as the loops below take it: forward(z) and backward(dy, z) = dy·act′(z)
+// in float32 terms. Two kinds: the double formulas above (the argument widened, the result
+// and dy·act′ rounded once) and the float32 functions of cpu/vector_math.hpp.
 template <class F>
+struct InDouble {
+  static float forward(float z) { return static_cast<float>(F::forward(static_cast<double>(z))); }
+  static float backward(float dy, float z) {
+    return static_cast<float>(static_cast<double>(dy) * F::derivative(static_cast<double>(z)));
+  }
+};
+template <float (*kForward)(float), float (*kDerivative)(float)>
+struct InFloat {
+  static float forward(float z) { return kForward(z); }
+  static float backward(float dy, float z) { return dy * kDerivative(z); }
+};
+using GeluErf = InDouble<GeluErfF>;
+using GeluTanh = InFloat<vmath::gelu_tanh, vmath::gelu_tanh_derivative>;
+using Silu = InFloat<vmath::silu, vmath::silu_derivative>;
+
+// The sum z = y + bias is rounded to float32 first, as the scalar formulas do.
+template <class Op>
 inline void forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
   if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(F::forward(static_cast<double>(y[j] + bias[j])));
+    for (std::int64_t j = 0; j < n; ++j) y[j] = Op::forward(y[j] + bias[j]);
   } else {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(F::forward(static_cast<double>(y[j])));
+    for (std::int64_t j = 0; j < n; ++j) y[j] = Op::forward(y[j]);
   }
 }
 
-template <class F>
+template <class Op>
 inline void backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
                           std::int64_t n) {
   if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) {
-      g[j] = static_cast<float>(static_cast<double>(dy[j]) * F::derivative(static_cast<double>(g[j] + bias[j])));
-    }
+    for (std::int64_t j = 0; j < n; ++j) g[j] = Op::backward(dy[j], g[j] + bias[j]);
   } else {
-    for (std::int64_t j = 0; j < n; ++j) {
-      g[j] = static_cast<float>(static_cast<double>(dy[j]) * F::derivative(static_cast<double>(g[j])));
-    }
-  }
-}
-
-// The same loops for the float32 element functions of cpu/vector_math.hpp.
-template <float (*kForward)(float)>
-inline void float_forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = kForward(y[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) y[j] = kForward(y[j]);
-  }
-}
-
-template <float (*kDerivative)(float)>
-inline void float_backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
-                                std::int64_t n) {
-  if (bias) {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * kDerivative(g[j] + bias[j]);
-  } else {
-    for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j] * kDerivative(g[j]);
+    for (std::int64_t j = 0; j < n; ++j) g[j] = Op::backward(dy[j], g[j]);
   }
 }
 
@@ -103,14 +94,14 @@ inline void float_backward_loop(const float* __restrict dy, float* __restrict g,
 #endif
 
 SKETCHCORE_CLONES void gelu_forward_portable(float* y, const float* bias, std::int64_t n) {
-  forward_loop<GeluErfF>(y, bias, n);
+  forward_loop<GeluErf>(y, bias, n);
 }
 void gelu_forward(float* y, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(gelu_forward_avx512, y, bias, n);
   gelu_forward_portable(y, bias, n);
 }
 SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* y, const float* bias, std::int64_t n) {
-  float_forward_loop<vmath::gelu_tanh>(y, bias, n);
+  forward_loop<GeluTanh>(y, bias, n);
 }
 void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(gelu_tanh_forward_avx512, y, bias, n);
@@ -118,7 +109,7 @@ void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
 }
 // SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
 SKETCHCORE_CLONES void silu_forward_portable(float* y, const float* bias, std::int64_t n) {
-  float_forward_loop<vmath::silu>(y, bias, n);
+  forward_loop<Silu>(y, bias, n);
 }
 void silu_forward(float* y, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(silu_forward_avx512, y, bias, n);
@@ -134,21 +125,21 @@ SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restri
   }
 }
 SKETCHCORE_CLONES void gelu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
-  backward_loop<GeluErfF>(dy, g, bias, n);
+  backward_loop<GeluErf>(dy, g, bias, n);
 }
 void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(gelu_backward_avx512, dy, g, bias, n);
   gelu_backward_portable(dy, g, bias, n);
 }
 SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
-  float_backward_loop<vmath::gelu_tanh_derivative>(dy, g, bias, n);
+  backward_loop<GeluTanh>(dy, g, bias, n);
 }
 void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(gelu_tanh_backward_avx512, dy, g, bias, n);
   gelu_tanh_backward_portable(dy, g, bias, n);
 }
 SKETCHCORE_CLONES void silu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
-  float_backward_loop<vmath::silu_derivative>(dy, g, bias, n);
+  backward_loop<Silu>(dy, g, bias, n);
 }
 void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
   SKETCHCORE_PREFER_AVX512(silu_backward_avx512, dy, g, bias, n);

@@ -150,10 +150,7 @@ class Executor {
       x_rows = rows_from<T>(*x_in_place_, begin);
     } else {
       T* staged = x_scratch.allocate(n * p_.d_in);
-      const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(p_.d_in, 1));
-      parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
-        gather_rows<T>(p_.x, begin + b, begin + e, staged + b * p_.d_in);
-      });
+      gather_rows_parallel<T>(p_.x, begin, end, staged);
       x_rows = {staged, false, std::max<std::int64_t>(p_.d_in, 1)};
     }
     if (factor_.batched) {
