@@ -203,3 +203,32 @@ def test_the_native_gemm_flushes_subnormal_products_to_zero():
     sketchcore.sketched_matmul(x, S, U, intermediate=z)
     expected = 0.0 if sketchcore.build_info()["cpu_bf16_gemm"] else 4 * 2.0 ** -130
     assert torch.equal(z.double(), torch.full((3, 2), expected, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_sklinear_under_cpu_autocast_runs_the_native_gemm(training):
+    """Where users put it: an SKLinear inside a model, under torch.autocast("cpu", bfloat16), in
+    training (autograd records) and in eval under no_grad (one core call). The native GEMM leaves a fingerprint: it flushes the
+    subnormal products x·S = 2⁻⁷⁰ · 2⁻⁶⁰, so Z and y are exactly 0 there, while the widening path
+    sums them to 16 · 2⁻¹³⁰ = 2⁻¹²⁶ and y, through U = 2¹⁰⁰, is far from 0."""
+    from sketchcore.torch import SKLinear
+
+    layer = SKLinear(16, 8, num_terms=1, low_rank=4, bias=True)
+    model = torch.nn.Sequential(torch.nn.Identity(), layer).train(training)
+    with torch.no_grad():
+        layer.S1s.fill_(2.0 ** -60)  # the left factor [S1s; U2s] (d_in side)
+        layer.U2s.fill_(2.0 ** -60)
+        layer.U1s.fill_(2.0 ** 100)  # the right factor [U1s; S2s]
+        layer.S2s.fill_(2.0 ** 100)
+        layer.bias.zero_()
+    x = torch.full((5, 16), 2.0 ** -70, requires_grad=training)
+    with torch.autocast("cpu", torch.bfloat16), torch.set_grad_enabled(training):  # eval: inference, no graph
+        y = model(x)
+    assert y.dtype == torch.bfloat16 and y.requires_grad == training
+    if sketchcore.build_info()["cpu_bf16_gemm"]:
+        assert bool(torch.all(y == 0))
+    else:
+        assert bool(torch.all(y.float() > 2.0 ** -30))
+    if training:  # and the step completes through the native backward
+        y.float().sum().backward()
+        assert layer.S1s.grad is not None and layer.S1s.grad.dtype == torch.float32
