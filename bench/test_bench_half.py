@@ -88,3 +88,62 @@ def test_sklinear_training_under_bf16_autocast(paired):
 
     paired("SKLinear 2048x1024->1024 T2 k32 training", "bf16 autocast step", "float32 step", step_bf16, step_f32,
            pairs=15, calls=9, target=1.0)
+
+
+def _mkl_gemm_bf16():
+    """MKL's gemm_bf16bf16f32 as torch's x86 wheel exports it (Fortran interface), or None."""
+    import ctypes
+    import os
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD).gemm_bf16bf16f32_
+    except (OSError, AttributeError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def first_product():
+    """X·Sp alone (d_out = 1, so the second product is negligible) at 2048 × 1024 by 1024 × 128:
+    float32 and bfloat16 operands, and the group name (which says whether the native GEMM runs)."""
+    gen = torch.Generator().manual_seed(5)
+    x, S = torch.randn(2048, 1024, generator=gen), torch.randn(1024, 128, generator=gen) / 32
+    U = torch.randn(128, 1, generator=gen)
+    group = f"bf16 X·Sp 2048x1024x128 (cpu_bf16_gemm={sketchcore.build_info()['cpu_bf16_gemm']})"
+    return group, (x, S, U), tuple(t.bfloat16() for t in (x, S, U))
+
+
+# sketchcore's bfloat16 call (the native GEMM where build_info()["cpu_bf16_gemm"]) against its
+# float32 call, torch's bf16 matmul (oneDNN, not reachable from C) and MKL's own
+# gemm_bf16bf16f32 (which torch's wheel exports). Reported, no targets.
+def test_native_bf16_product_vs_float32_call(first_product, paired):
+    group, f32, b16 = first_product
+    paired(group, "sketched_matmul bf16", "float32 call", lambda: sketchcore.sketched_matmul(*b16),
+           lambda: sketchcore.sketched_matmul(*f32), pairs=9)
+
+
+def test_native_bf16_product_vs_torch_bf16_matmul(first_product, paired):
+    group, _, (xb, Sb, Ub) = first_product
+    paired(group, "sketched_matmul bf16", "torch bf16 x@S", lambda: sketchcore.sketched_matmul(xb, Sb, Ub),
+           lambda: xb @ Sb, pairs=9)
+
+
+def test_native_bf16_product_vs_mkl_gemm_bf16(first_product, paired):
+    import ctypes
+    group, _, (xb, Sb, Ub) = first_product
+    mkl = _mkl_gemm_bf16()
+    if mkl is None:
+        pytest.skip("this torch build does not export MKL's gemm_bf16bf16f32")
+    out = torch.empty(2048, 128)
+    i = ctypes.c_int
+    m, n, k = i(128), i(2048), i(1024)  # column-major: outᵀ (128 × 2048) = Sᵀ · xᵀ
+    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    def mkl_call():
+        mkl(b"N", b"N", ctypes.byref(m), ctypes.byref(n), ctypes.byref(k), ctypes.byref(one),
+            ctypes.c_void_p(Sb.data_ptr()), ctypes.byref(m), ctypes.c_void_p(xb.data_ptr()), ctypes.byref(k),
+            ctypes.byref(zero), ctypes.c_void_p(out.data_ptr()), ctypes.byref(m))
+
+    mkl_call()
+    assert torch.allclose(out, xb.float() @ Sb.float(), rtol=1e-4, atol=1e-3)
+    paired(group, "sketched_matmul bf16", "MKL gemm_bf16bf16f32", lambda: sketchcore.sketched_matmul(xb, Sb, Ub),
+           mkl_call, pairs=9)

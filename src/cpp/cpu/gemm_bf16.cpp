@@ -10,10 +10,10 @@
 // inner index runs across rows in memory) or copies 32-bit pairs (when it runs along a row);
 // an odd last index is paired with zero.
 //
-// Measured on one 2-core Zen 5 VM (standalone harness, two threads, medians of 41): 2048 × 1024
-// by 1024 × 128 in 1.5–1.6 ms, 2048 × 128 by 128 × 1024 in 1.6–1.7 ms, 128 × 1024 (transposed)
-// by 1024 × 1024 in 1.2–1.4 ms, where torch's MKL sgemm on the widened operands takes 2.9–3.0 ms
-// for the first (and MKL's own gemm_bf16bf16f32, not using VDPBF16PS on this CPU, 3.1–4.5 ms).
+// bench/test_bench_half.py -k native_bf16_product times X·Sp at 2048 × 1024 by 1024 × 128 through
+// this kernel against the float32 call, MKL's own gemm_bf16bf16f32 (which torch's wheel exports;
+// on AMD CPUs it does not use VDPBF16PS) and torch's oneDNN bf16 matmul; the results are in
+// bench/results/cpu-bf16-native-2026-11-24.txt (2.1–2.5×, 2.5–2.7× and 0.76–0.77×).
 #include "cpu/gemm_bf16.hpp"
 
 #include <algorithm>
