@@ -56,22 +56,7 @@ inline FirstFactor<T> first_factor(const SketchedMatmulProblem& p, std::int64_t 
     }
   }
   T* dst = scratch.allocate(p.d_in * r);
-  const std::int64_t term_stride = S.ndim() == 3 ? S.stride(0) : 0, cs = S.stride(-1), rs = S.stride(-2);
-  // A copy is memory-bound: a second thread only pays off beyond ~1 MiB per chunk.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(r, 1));
-  parallel_for(p.d_in, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      T* out = dst + i * r;
-      for (std::int64_t t = 0; t < p.terms; ++t) {
-        const T* src = base + t * term_stride + i * rs;
-        if (cs == 1) {
-          for (std::int64_t j = 0; j < p.rank; ++j) out[t * p.rank + j] = src[j];
-        } else {
-          for (std::int64_t j = 0; j < p.rank; ++j) out[t * p.rank + j] = src[j * cs];
-        }
-      }
-    }
-  });
+  pack_terms<T>(S, p.terms, p.rank, dst);
   f.sp = {dst, false, std::max<std::int64_t>(r, 1)};
   return f;
 }

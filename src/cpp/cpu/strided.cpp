@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/half.hpp"
+#include "cpu/target_clones.hpp"
 #include "detail/parallel.hpp"
 
 namespace sketchcore::detail {
@@ -52,7 +53,101 @@ std::int64_t row_grain(std::int64_t cols) {
   return std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
 }
 
+/// One block of `count` elements at j if it fits before n (count 0: nothing).
+template <std::int64_t count, class E>
+inline __attribute__((always_inline)) void copy_block_if(const E* __restrict src, E* __restrict dst, std::int64_t& j,
+                                                         std::int64_t n) {
+  if constexpr (count > 0) {
+    if (j + count <= n) {
+      E block[count];
+      __builtin_memcpy(block, src + j, sizeof(block));
+      __builtin_memcpy(dst + j, block, sizeof(block));
+      j += count;
+    }
+  }
+}
+
+/// dst[0, n) = src[0, n) in 64-byte blocks of register moves. A plain loop here becomes a
+/// call to memmove per segment (GCC's loop distribution), which cost a 256 × 1024 → 1024 call
+/// with T = 8, k = 16 up to 80 µs of its 600 (issue 26).
+template <class E>
+inline __attribute__((always_inline)) void copy_segment(const E* __restrict src, E* __restrict dst, std::int64_t n) {
+  constexpr std::int64_t kBlock = 64 / sizeof(E);
+  std::int64_t j = 0;
+  for (; j + kBlock <= n; j += kBlock) {
+    E block[kBlock];
+    __builtin_memcpy(block, src + j, sizeof(block));
+    __builtin_memcpy(dst + j, block, sizeof(block));
+  }
+  // The tail (< 64 bytes) by halving blocks, each one or no move: no loop to distribute.
+  copy_block_if<32 / sizeof(E)>(src, dst, j, n);
+  copy_block_if<16 / sizeof(E)>(src, dst, j, n);
+  copy_block_if<8 / sizeof(E)>(src, dst, j, n);
+  copy_block_if<4 / sizeof(E)>(src, dst, j, n);
+  copy_block_if<2 / sizeof(E)>(src, dst, j, n);
+}
+
+/// Rows [begin, end) of Sp = [S_1 … S_T] (row length r = terms·rank) from the terms of S at
+/// `base` (term, row and column strides in elements). E holds the elements' bits. Each row of
+/// a term is a short segment (k elements, often 16 to 128): compiled for AVX-512/AVX2 so that a
+/// segment is one or a few vector moves (the baseline build's 16-byte loop ran at a third of
+/// memory speed, issue 26).
+template <class E>
+inline __attribute__((always_inline)) void pack_term_rows(const E* __restrict base, std::int64_t term_stride,
+                                                          std::int64_t row_stride, std::int64_t col_stride,
+                                                          std::int64_t terms, std::int64_t rank, E* __restrict dst,
+                                                          std::int64_t begin, std::int64_t end) {
+  const std::int64_t r = terms * rank;
+  for (std::int64_t i = begin; i < end; ++i) {
+    E* out = dst + i * r;
+    for (std::int64_t t = 0; t < terms; ++t) {
+      const E* src = base + t * term_stride + i * row_stride;
+      if (col_stride == 1) {
+        copy_segment(src, out + t * rank, rank);
+      } else {
+        for (std::int64_t j = 0; j < rank; ++j) out[t * rank + j] = src[j * col_stride];
+      }
+    }
+  }
+}
+
+#define SKETCHCORE_PACK_TERM_ROWS(name, E)                                                                   \
+  SKETCHCORE_CLONES void name(const E* base, std::int64_t ts, std::int64_t rs, std::int64_t cs, std::int64_t terms, \
+                              std::int64_t rank, E* dst, std::int64_t begin, std::int64_t end) {             \
+    pack_term_rows<E>(base, ts, rs, cs, terms, rank, dst, begin, end);                                     \
+  }
+SKETCHCORE_PACK_TERM_ROWS(pack_term_rows16, std::uint16_t)
+SKETCHCORE_PACK_TERM_ROWS(pack_term_rows32, std::uint32_t)
+SKETCHCORE_PACK_TERM_ROWS(pack_term_rows64, std::uint64_t)
+#undef SKETCHCORE_PACK_TERM_ROWS
+
+template <class E>
+void pack_terms_bits(const TensorView& S, std::int64_t terms, std::int64_t rank, E* dst) {
+  void (*rows)(const E*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, E*, std::int64_t,
+               std::int64_t);
+  if constexpr (sizeof(E) == 2) {
+    rows = pack_term_rows16;
+  } else if constexpr (sizeof(E) == 4) {
+    rows = pack_term_rows32;
+  } else {
+    rows = pack_term_rows64;
+  }
+  const auto* base = static_cast<const E*>(S.data());
+  const std::int64_t d_in = S.size(-2), ts = S.ndim() == 3 ? S.stride(0) : 0, rs = S.stride(-2), cs = S.stride(-1);
+  parallel_for(d_in, 4 * row_grain(terms * rank), [&](std::int64_t b, std::int64_t e) {
+    rows(base, ts, rs, cs, terms, rank, dst, b, e);
+  });
+}
+
+template <class T>
+using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+
 }  // namespace
+
+template <class T>
+void pack_terms(const TensorView& S, std::int64_t terms, std::int64_t rank, T* dst) {
+  pack_terms_bits<Bits<T>>(S, terms, rank, reinterpret_cast<Bits<T>*>(dst));
+}
 
 template <class T>
 void gather_rows(const TensorView& view, std::int64_t begin, std::int64_t end, T* dst) {
@@ -125,5 +220,8 @@ template void gather_rows_parallel<float>(const TensorView&, std::int64_t, std::
 template void gather_rows_parallel<double>(const TensorView&, std::int64_t, std::int64_t, double*);
 template void pack_rows<float>(const TensorView&, float*);
 template void pack_rows<double>(const TensorView&, double*);
+template void pack_terms<float>(const TensorView&, std::int64_t, std::int64_t, float*);
+template void pack_terms<double>(const TensorView&, std::int64_t, std::int64_t, double*);
+template void pack_terms<std::uint16_t>(const TensorView&, std::int64_t, std::int64_t, std::uint16_t*);
 
 }  // namespace sketchcore::detail
