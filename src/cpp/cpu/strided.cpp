@@ -90,8 +90,7 @@ inline __attribute__((always_inline)) void copy_segment(const E* __restrict src,
 /// Rows [begin, end) of Sp = [S_1 … S_T] (row length r = terms·rank) from the terms of S at
 /// `base` (term, row and column strides in elements). E holds the elements' bits. Each row of
 /// a term is a short segment (k elements, often 16 to 128): compiled for AVX-512/AVX2 so that a
-/// segment is one or a few vector moves (the baseline build's 16-byte loop ran at a third of
-/// memory speed, issue 26).
+/// 64-byte block is one vector move.
 template <class E>
 inline __attribute__((always_inline)) void pack_term_rows(const E* __restrict base, std::int64_t term_stride,
                                                           std::int64_t row_stride, std::int64_t col_stride,

@@ -30,8 +30,8 @@ template <class T>
 void pack_rows(const TensorView& view, T* dst);
 
 /// Sp = [S_1 … S_T] into compact row-major `dst` (d_in × T·k): row i is S_1[i, :], …,
-/// S_T[i, :], from `S` (T, d_in, k) or (d_in, k) of any strides, in parallel. T is any type of
-/// S's element size (a bit copy: std::uint16_t for 16-bit S).
+/// S_T[i, :], from `S` (T, d_in, k) or (d_in, k) of any strides; on the workers beyond 1 MiB.
+/// T is any type of S's element size (a bit copy: std::uint16_t for 16-bit S).
 template <class T>
 void pack_terms(const TensorView& S, std::int64_t terms, std::int64_t rank, T* dst);
 
