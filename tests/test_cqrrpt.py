@@ -36,6 +36,15 @@ def test_full_rank_any_shape(m, n, seed, gamma, sketch):
     assert check(M, Q, R, J) == min(m, n)
 
 
+def test_a_sketch_that_loses_a_column_is_redrawn_larger():
+    """γ = 1 gives a square sketch (d = n), which need not embed M's columns: this 65 × 22 SRHT
+    sketch (found by hypothesis) made the rank 21 and M[:, J] − QR 39% of M; the discarded columns
+    are checked and the sketch redrawn twice as large."""
+    M = np.random.default_rng(0).standard_normal((65, 22))
+    Q, R, J = linalg.cqrrpt(M, 1.0, sketch="srht", seed=0)
+    assert check(M, Q, R, J) == 22
+
+
 @pytest.mark.parametrize("rank", [1, 7, 40])
 def test_exactly_rank_deficient_reveals_the_rank(rng, rank):
     M = low_rank(rng, 2000, 80, rank)

@@ -145,6 +145,21 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
     tol = 10.0 * max(d, n) * eps if tol is None else check_float(tol, "tol", 0.0, _WHERE)
     if m == 0 or n == 0:
         raise ValueError(f"{_WHERE}: M: expected a non-empty matrix, got shape {(m, n)}")
+    while True:
+        Q, R, J, k = _factor(M, ops, d, m, sketch, seed, tol, itemsize)
+        # A sketch that does not embed M's column space (possible with γ near 1: hypothesis found
+        # a 65 × 22 matrix whose d = 22 SRHT sketch lost a column) shows as a rank k < min(m, n)
+        # whose discarded columns M does not lie near span(Q): check them, and sketch again, twice
+        # as large, up to d = m (the pivoted QR of M itself).
+        if k >= min(m, n) or d == m or _discarded_columns_fit(M, Q, R, J, k, n, tol, ops):
+            return Q, R, J
+        d = min(2 * d, m)
+        seed = None if seed is None else seed + 1
+
+
+def _factor(M: Any, ops: Ops, d: int, m: int, sketch: SketchKind, seed: int | None, tol: float,
+            itemsize: int) -> tuple[Any, Any, Any, int]:
+    """One attempt with a sketch of d rows: (Q, R, J, k)."""
     M_sk = M if d == m else sketch_operator(sketch, d, m, seed, _WHERE) @ M
     host = ops.to_host(M_sk)
     import numpy as np
@@ -154,7 +169,7 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
     J = ops.from_host(J_host, M, integer=True)
     k = _numerical_rank(R_sk, tol)
     if k == 0:  # the zero matrix: an empty factorization is exact
-        return ops.xp.zeros((m, 0), dtype=M.dtype, **_device(M, ops)), ops.from_host(np.zeros((0, n)), M), J  # type: ignore[attr-defined]
+        return ops.xp.zeros((m, 0), dtype=M.dtype, **_device(M, ops)), ops.from_host(np.zeros((0, M.shape[1])), M), J, 0  # type: ignore[attr-defined]
     R_sk = ops.from_host(R_sk[:k], M)
     M_pre = ops.solve_upper_right(M[:, J[:k]], R_sk[:, :k])  # type: ignore[index]
     Q, R = M_pre, R_sk
@@ -172,7 +187,16 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
         diagonal = abs(ops.to_host(L).diagonal())
         if diagonal.max() <= _REFINE_SPREAD[itemsize] * diagonal.min():
             break
-    return Q, R, J  # type: ignore[return-value]
+    return Q, R, J, k
+
+
+def _discarded_columns_fit(M: Any, Q: Any, R: Any, J: Any, k: int, n: int, tol: float, ops: Ops) -> bool:
+    """Whether M[:, J[k:]] ≈ Q R[:, k:] as a pivoted QR truncated at the threshold gives when the
+    sketch embeds M's columns: each discarded column of the sketch's R is ≤ tol·|R_00| ≤ tol·‖M‖, so
+    their residual is ≤ √n·tol·‖M‖_F up to the embedding's distortion (allowed: 10×)."""
+    import numpy as np
+    residual = np.linalg.norm(ops.to_host(M[:, J[k:]] - Q @ R[:, k:]))
+    return bool(residual <= 10.0 * math.sqrt(n) * tol * np.linalg.norm(ops.to_host(M)))
 
 
 def _itemsize(M: Any, ops: Ops) -> int:
