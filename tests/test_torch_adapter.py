@@ -447,3 +447,22 @@ def test_eager_calls_skip_the_dispatcher_and_the_rest_keep_the_operators():
         torch.testing.assert_close(a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor), rtol=1e-6, atol=1e-6)
     y = sct.sketched_linear(x, torch.randn(2, 12, 3), torch.randn(2, 3, 4))
     assert type(y.grad_fn).__name__ == "SketchedLinearBackward"
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda m: m.SKLinear(0, 4, num_terms=1, low_rank=2), "SKLinear: in_features: expected an integer ≥ 1, got 0"),
+    (lambda m: m.LowRankLinear(8, 4, rank=True), "LowRankLinear: rank: expected an integer ≥ 1, got True"),
+    (lambda m: m.SKConv2d(3, 0, kernel_size=3, num_terms=1, low_rank=2),
+     "SKConv2d: out_channels: expected an integer ≥ 1, got 0"),
+    (lambda m: m.SKConv2d(3, 4, kernel_size=3, num_terms=2.0, low_rank=2),
+     "SKConv2d: num_terms: expected an integer ≥ 1, got 2.0"),
+    (lambda m: m.RandMultiHeadAttention(8, 0, num_random_features=4),
+     "RandMultiHeadAttention: num_heads: expected an integer ≥ 1, got 0"),
+], ids=["sklinear", "lowrank", "skconv2d-out", "skconv2d-terms", "attention"])
+def test_a_bad_size_names_the_layer_that_refused_it(build, message):
+    """The layers share one check; each error names its own class (SKConv2d and the attention
+    layer used to say "SKLinear")."""
+    import sketchcore.torch as sct
+    with pytest.raises(ValueError) as raised:
+        build(sct)
+    assert str(raised.value) == message

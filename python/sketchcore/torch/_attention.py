@@ -180,9 +180,9 @@ class RandMultiHeadAttention(SketchedLayer):
                  bias: bool = True, kernel_fn: str = "softmax", iscausal: bool = False, device=None, dtype=None,
                  *, seed: int = 0):
         super().__init__()
-        self.embed_dim = _positive_int(embed_dim, "embed_dim")
-        self.num_heads = _positive_int(num_heads, "num_heads")
-        self.num_random_features = _positive_int(num_random_features, "num_random_features")
+        self.embed_dim = _positive_int(embed_dim, "embed_dim", "RandMultiHeadAttention")
+        self.num_heads = _positive_int(num_heads, "num_heads", "RandMultiHeadAttention")
+        self.num_random_features = _positive_int(num_random_features, "num_random_features", "RandMultiHeadAttention")
         if embed_dim % num_heads:
             raise ValueError(f"RandMultiHeadAttention: embed_dim: expected a multiple of num_heads = {num_heads}, "
                              f"got {embed_dim}")

@@ -13,13 +13,7 @@ from sketchcore.torch import _factors
 from sketchcore.torch import _eager, _functorch
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear
 from sketchcore.torch._layer_state import SketchedLayer
-from sketchcore.torch._modules import dense_copy
-
-
-def _positive_int(value: object, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where}: {name}: expected an integer ≥ 1, got {value!r}")
-    return value
+from sketchcore.torch._modules import _positive_int, dense_copy
 
 
 class LowRankLinear(SketchedLayer):

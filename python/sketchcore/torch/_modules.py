@@ -14,9 +14,10 @@ from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_see
 from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._ops import _joined_in_place
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: object, name: str, where: str) -> int:
+    """`value` if it is an int ≥ 1 (not a bool), else a ValueError naming `where` and `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"SKLinear: {name}: expected an integer ≥ 1, got {value!r}")
+        raise ValueError(f"{where}: {name}: expected an integer ≥ 1, got {value!r}")
     return value
 
 
@@ -113,10 +114,10 @@ class SKLinear(SketchedLayer):
         if init not in ("panther", "svd", "linear"):
             raise ValueError(f"SKLinear: init: expected 'panther', 'svd' or 'linear', got {init!r}")
         self.init = init
-        self.in_features = _positive_int(in_features, "in_features")
-        self.out_features = _positive_int(out_features, "out_features")
-        self.num_terms = _positive_int(num_terms, "num_terms")
-        self.low_rank = _positive_int(low_rank, "low_rank")
+        self.in_features = _positive_int(in_features, "in_features", "SKLinear")
+        self.out_features = _positive_int(out_features, "out_features", "SKLinear")
+        self.num_terms = _positive_int(num_terms, "num_terms", "SKLinear")
+        self.low_rank = _positive_int(low_rank, "low_rank", "SKLinear")
         self.activation = activation or "none"
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"SKLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
