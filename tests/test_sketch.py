@@ -297,7 +297,7 @@ def test_cuda_arrays_without_a_device_raise_cleanly_and_are_asked_for_the_stream
     with pytest.raises(expected[0], match=re.escape(expected[1])):
         op.apply(a, out=out)
     with pytest.raises(expected[0], match="sketchcore: cuda" if sketchcore.build_info()["cuda"] else "out: expected"):
-        sketch._sketch.to_dense(*op._args(), dense_out)
+        sketchcore._sketch.to_dense(*op._args(), dense_out)
     if sketchcore.build_info()["cuda"]:
         assert [c.get("stream") for c in a.calls + out.calls + dense_out.calls] == [1, 1, 1]
 
