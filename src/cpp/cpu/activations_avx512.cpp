@@ -26,6 +26,9 @@
 #include "cpu/activations_avx512.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_AVX512
+#include <cstdlib>
+#include <cstring>
+
 #include "cpu/avx512_intrinsics.hpp"
 #endif
 
@@ -352,7 +355,13 @@ SKETCHCORE_AVX512 void backward(const float* dy, float* g, const float* bias, st
 }  // namespace
 
 bool activations_avx512_available() noexcept {
-  static const bool available = __builtin_cpu_supports("avx512f");
+  // SKETCHCORE_AVX512_ACTIVATIONS=0 selects the portable kernels (what AVX2 CPUs run), so that
+  // they can be tested and timed on an AVX-512 machine too.
+  static const bool available = [] {
+    const char* setting = std::getenv("SKETCHCORE_AVX512_ACTIVATIONS");
+    if (setting && std::strcmp(setting, "0") == 0) return false;
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
   return available;
 }
 
