@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sketchcore
-from sketchcore import _ops
+from sketchcore import _framework_gemm
 from _reference import assert_close
 
 torch = pytest.importorskip("torch")
@@ -124,7 +124,8 @@ def test_a_provider_runs_every_gemm_with_the_arguments_of_the_row_major_product(
     sgemm = fortran_gemm(index_type, ctypes.c_float, calls["s"])
     dgemm = fortran_gemm(index_type, ctypes.c_double, calls["d"])
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-    _ops._install_framework_gemm(1 if use_torch else 0, address(sgemm), address(dgemm), index_bits, "instrumented")
+    _framework_gemm._install_framework_gemm(1 if use_torch else 0, address(sgemm), address(dgemm), index_bits,
+                                            "instrumented")
     assert sketchcore.cpu_blas_of(torch.ones(1) if use_torch else np.ones(1)) == ("torch: " if use_torch else
                                                                                    "numpy: ") + "instrumented"
     rng = np.random.default_rng(index_bits)
@@ -151,9 +152,9 @@ def test_a_provider_runs_every_gemm_with_the_arguments_of_the_row_major_product(
 
 def test_installing_a_provider_checks_its_arguments():
     with pytest.raises(ValueError, match="expected framework 0 or 1 and index_bits 32 or 64, got 2 and 32"):
-        _ops._install_framework_gemm(2, 0, 0, 32, "x")
+        _framework_gemm._install_framework_gemm(2, 0, 0, 32, "x")
     with pytest.raises(ValueError, match="got 0 and 16"):
-        _ops._install_framework_gemm(0, 0, 0, 16, "x")
+        _framework_gemm._install_framework_gemm(0, 0, 0, 16, "x")
 
 
 def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread():
@@ -165,7 +166,7 @@ def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread()
     sgemm = fortran_gemm(ctypes.c_int64, ctypes.c_float, calls)
     dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-    _ops._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
+    _framework_gemm._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
     x, S, U = np.ones((4, 6), np.float32), np.ones((6, 2), np.float32), np.ones((2, 3), np.float32)
     sketchcore.sketched_matmul(x, S, U)
     assert len(calls) == 2
@@ -182,7 +183,7 @@ def test_few_rows_and_large_terms_run_one_provider_gemm_per_term_instead_of_pack
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
     sgemm = fortran_gemm(ctypes.c_int64, ctypes.c_float, calls)
     dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
-    _ops._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
+    _framework_gemm._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 300)).astype(np.float32)
     S, U = rng.standard_normal((3, 300, 120)).astype(np.float32), rng.standard_normal((3, 120, 7)).astype(np.float32)
@@ -232,13 +233,13 @@ def test_an_openmp_runtime_runs_the_epilogue_with_the_same_bits_as_the_workers(a
     call = lambda: sketchcore.sketched_matmul(x, S, U, bias=bias, activation=activation,  # noqa: E731
                                              dropout_p=0.25, seed=11)
     try:
-        _ops._install_framework_gemm(1, found[0], found[1], found[2], "stand-in runtime",
+        _framework_gemm._install_framework_gemm(1, found[0], found[1], found[2], "stand-in runtime",
                                      ctypes.cast(gomp_parallel, ctypes.c_void_p).value)
         with_runtime = call()
-        _ops._install_framework_gemm(1, found[0], found[1], found[2], "no runtime", 0)
+        _framework_gemm._install_framework_gemm(1, found[0], found[1], found[2], "no runtime", 0)
         with_workers = call()
     finally:
-        _ops._reset_framework_gemm()
+        _framework_gemm._reset_framework_gemm()
     assert regions and all(r == (0, 0) for r in regions)
     assert torch.equal(with_runtime, with_workers)
     reference = sketchcore.sketched_matmul(x.double(), S.double(), U.double(), bias=bias.double(),

@@ -14,6 +14,8 @@ MODULES = [
     "sketchcore._cpu_blas",
     "sketchcore._cuda",
     "sketchcore._ops",
+    "sketchcore._runtime",
+    "sketchcore._framework_gemm",
     "sketchcore._dlpack",
     "sketchcore.sketch",
     "sketchcore.memory",

@@ -31,15 +31,14 @@ from sketchcore.layers import sklinear  # noqa: E402
 from sketchcore._dlpack import DLPackBuffer  # noqa: E402
 from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, get_gemm_tuning, set_allow_tf32, set_gemm_tuning  # noqa: E402
-from sketchcore._ops import (  # noqa: E402
+from sketchcore._framework_gemm import cpu_blas_of  # noqa: E402
+from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
+from sketchcore._runtime import (  # noqa: E402
     activation_names,
     build_info,
-    cpu_blas_of,
     cuda_device_count,
     get_num_threads,
     set_num_threads,
-    sketched_matmul,
-    sketched_matmul_backward,
 )
 
 __version__ = build_info()["version"]

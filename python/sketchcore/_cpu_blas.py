@@ -64,8 +64,8 @@ def set_cpu_blas(mode: Mode) -> None:
     if mode not in _MODES:
         raise ValueError(f"set_cpu_blas: mode: expected one of {_MODES}, got {mode!r}")
     _mode = mode
-    from sketchcore import _ops
-    _ops._reset_framework_gemm()
+    from sketchcore import _framework_gemm
+    _framework_gemm._reset_framework_gemm()
 
 
 def get_cpu_blas() -> Mode:

@@ -17,7 +17,8 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport Borrowed, borrow_torch, fresh_view, release_all
-from sketchcore._ops cimport _enter, _stream_of
+from sketchcore._framework_gemm cimport _stream_of
+from sketchcore._ops cimport _enter
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView, join_views
 
 #: Activation name -> the core's enumerator, as an int (the adapters look it up once per call).

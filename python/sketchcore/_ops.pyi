@@ -1,18 +1,11 @@
 from collections.abc import Collection
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Any, Literal, TypeVar
 
 # Results are arrays of x's (or grad_out's) framework: NumPy in, NumPy out; torch in, torch out.
 ArrayT = TypeVar("ArrayT")
 Gradient = Literal["x", "S", "U", "bias"]
 
 Activation = Literal["none", "relu", "gelu", "gelu_tanh", "silu"]
-
-class BuildInfo(TypedDict):
-    version: str
-    blas: str
-    cuda: bool
-    cuda_runtime_version: int
-    cpu_bf16_gemm: bool
 
 def sketched_matmul(
     x: ArrayT,
@@ -43,11 +36,3 @@ def sketched_matmul_backward(
     S_terms: tuple[int, int] | None = None,
     U_terms: tuple[int, int] | None = None,
 ) -> tuple[ArrayT | None, ArrayT | None, ArrayT | None, ArrayT | None]: ...
-def set_num_threads(num_threads: int) -> None: ...
-def get_num_threads() -> int: ...
-def build_info() -> BuildInfo: ...
-def cpu_blas_of(x: Any) -> str: ...
-def _reset_framework_gemm() -> None: ...
-def _install_framework_gemm(framework: int, sgemm: int, dgemm: int, index_bits: int, description: str) -> None: ...
-def cuda_device_count() -> int: ...
-def activation_names() -> tuple[str, ...]: ...

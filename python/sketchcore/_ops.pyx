@@ -12,11 +12,11 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport (Borrowed, ImportedTensor, borrow_torch, fresh_view, import_array, is_torch_tensor,
-                                 release_all,
-                                 torch_current_stream, torch_device)
+                                 release_all, torch_device)
+from sketchcore._framework_gemm cimport _framework_of, _framework_provider, _stream_of
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView
 
-from sketchcore import _cpu_blas, _cuda, _framework
+from sketchcore import _cuda, _framework
 
 from sketchcore._dlpack import DLPackBuffer
 
@@ -45,18 +45,6 @@ cdef object _new_array(x, tuple shape, const TensorView& like):
     return _framework.empty_like(x, shape, dlpack_dtype=core.dtype_name(like.dtype()).decode())
 
 
-cdef object _stream_of(object x):
-    """None when x is a CPU array, else the CUDA stream its framework currently uses."""
-    if type(x) is _numpy_ndarray:
-        return None
-    cdef int device = torch_device(x)
-    if device == -1:
-        return None
-    if device >= 0:
-        return torch_current_stream(device)
-    return _framework.stream_of(x)
-
-
 cdef ImportedTensor _import(object obj, str name, bint for_writing, object stream):
     """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
     cdef int device
@@ -72,57 +60,6 @@ cdef ImportedTensor _import_optional(obj, str name, object stream):
     return None if obj is None else _import(obj, name, False, stream)
 
 
-# The framework BLAS of NumPy (0) and torch (1) for the CPU GEMMs (see _cpu_blas): 0 not yet
-# looked for, 1 found (in framework_gemm), 2 none.
-cdef int _gemm_state[2]
-_gemm_state[0] = _gemm_state[1] = 0
-_gemm_description = [None, None]
-
-
-cdef const core.CpuGemmProvider* _framework_provider(int framework) noexcept:
-    if _gemm_state[framework] == 0:
-        try:
-            found = (_cpu_blas.numpy_gemm if framework == 0 else _cpu_blas.torch_gemm)()
-            if found is not None:
-                _install_framework_gemm(framework, *found)
-        except Exception:  # a library that cannot be inspected: the own BLAS runs
-            found = None
-        if found is None:
-            _gemm_state[framework] = 2
-    return &core.framework_gemm(framework) if _gemm_state[framework] == 1 else NULL
-
-
-def _install_framework_gemm(int framework, uintptr_t sgemm, uintptr_t dgemm, int index_bits, str description,
-                            uintptr_t gomp_parallel=0):
-    """Makes (sgemm, dgemm) the BLAS of the CPU GEMMs of calls on NumPy arrays (framework 0)
-    or CPU torch tensors (1) until _reset_framework_gemm; used by the search, and by tests
-    with instrumented entry points. `gomp_parallel`: the OpenMP runtime that BLAS runs on
-    (its GOMP_parallel), for sketchcore's own loops of those calls, or 0."""
-    if framework not in (0, 1) or index_bits not in (32, 64):
-        raise ValueError(f"_install_framework_gemm: expected framework 0 or 1 and index_bits 32 or 64, "
-                         f"got {framework} and {index_bits}")
-    cdef core.CpuGemmProvider* provider = &core.framework_gemm(framework)
-    provider.sgemm = <void*>sgemm
-    provider.dgemm = <void*>dgemm
-    provider.index_bits = index_bits
-    provider.gomp_parallel = <void*>gomp_parallel
-    _gemm_description[framework] = description
-    _gemm_state[framework] = 1
-
-
-def _reset_framework_gemm():
-    """Looks for the frameworks' BLAS again at their next call (after set_cpu_blas)."""
-    _gemm_state[0] = _gemm_state[1] = 0
-    _gemm_description[:] = [None, None]
-
-
-cdef int _framework_of(object x) except -3:
-    """0 for a NumPy array, 1 for a CPU torch tensor, -1 for anything else."""
-    if type(x) is _numpy_ndarray:
-        return 0
-    return 1 if torch_device(x) == -1 else -1
-
-
 cdef int _enter(object x, object stream) except -1:
     """Sets the calling thread's execution options for the core call that follows: the
     call's CUDA stream (and the TF32 setting, after making sure cuBLASLt can be found), or
@@ -136,38 +73,6 @@ cdef int _enter(object x, object stream) except -1:
     framework = 1 if is_torch_tensor(x) else _framework_of(x)
     core.set_thread_execution(0, False, _framework_provider(framework) if framework >= 0 else NULL, False)
     return 0
-
-
-def cpu_blas_of(x):
-    """Which BLAS runs the GEMMs of a call on ``x`` (see :func:`set_cpu_blas`).
-
-    Parameters
-    ----------
-    x : array
-        Any array a call could receive (NumPy, torch, any DLPack producer).
-
-    Returns
-    -------
-    str
-        ``"numpy: ..."`` or ``"torch: ..."`` (library and entry point), ``"sketchcore: <blas>"``
-        for its own BLAS, ``"cuBLASLt"`` for a CUDA array.
-
-    Raises
-    ------
-    Nothing of its own: an object that is no array reads as sketchcore's own BLAS.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> cpu_blas_of(np.ones(3)).split(":")[0] in ("numpy", "sketchcore")
-    True
-    """
-    if _stream_of(x) is not None:
-        return "cuBLASLt"
-    cdef int framework = _framework_of(x)
-    if framework >= 0 and _framework_provider(framework) != NULL:
-        return ("numpy: " if framework == 0 else "torch: ") + _gemm_description[framework]
-    return "sketchcore: " + core.build_info().blas.decode()
 
 
 @cython.freelist(4)  # one per call: no allocation once warm
@@ -536,135 +441,3 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     with nogil:
         core.sketched_matmul_backward(gt.view, xt.view, st.view, ut.view, zt.view, e.epilogue, grads)
     return tuple(results)
-
-
-def set_num_threads(num_threads):
-    """Sets how many CPU threads sketchcore's own loops and its own BLAS may use.
-
-    GEMMs that run in NumPy's or torch's BLAS (see :func:`set_cpu_blas`) follow that
-    framework's thread setting.
-
-    Parameters
-    ----------
-    num_threads : int
-        At least 1, at most 2**31 - 1.
-
-    Returns
-    -------
-    None
-
-    Raises
-    ------
-    TypeError
-        ``num_threads`` is not an int (a bool is refused).
-    ValueError
-        ``num_threads`` is below 1 or above 2**31 - 1.
-
-    Examples
-    --------
-    >>> before = get_num_threads()
-    >>> set_num_threads(1); get_num_threads()
-    1
-    >>> set_num_threads(before)
-    >>> set_num_threads(0)
-    Traceback (most recent call last):
-    ValueError: set_num_threads: num_threads: expected an integer ≥ 1, got 0
-    """
-    if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
-        raise TypeError(f"set_num_threads: num_threads: expected an int, got {type(num_threads).__name__}")
-    num_threads = num_threads.__index__()
-    if num_threads < 1:
-        raise ValueError(f"set_num_threads: num_threads: expected an integer ≥ 1, got {num_threads}")
-    if num_threads > 2**31 - 1:
-        raise ValueError(f"set_num_threads: num_threads: expected an integer ≤ 2**31 - 1, got {num_threads}")
-    core.set_num_threads(num_threads)
-
-
-def get_num_threads():
-    """Returns the CPU thread count sketchcore uses (see :func:`set_num_threads`).
-
-    Returns
-    -------
-    int
-        At least 1.
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> get_num_threads() >= 1
-    True
-    """
-    return core.get_num_threads()
-
-
-def build_info():
-    """Describes how the native library was built: version, BLAS, CUDA.
-
-    Returns
-    -------
-    dict
-        ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in),
-        ``cuda_runtime_version`` (int, 0 without CUDA) and ``cpu_bf16_gemm`` (bool: this CPU
-        multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
-        them to float32: the same results up to summation order, but subnormal inputs, products and
-        sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off).
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> sorted(build_info())
-    ['blas', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
-    """
-    info = core.build_info()
-    return {
-        "version": info.version.decode(),
-        "blas": info.blas.decode(),
-        "cuda": bool(info.cuda),
-        "cuda_runtime_version": info.cuda_runtime_version,
-        "cpu_bf16_gemm": bool(info.cpu_bf16_gemm),
-    }
-
-
-def activation_names():
-    """The activation names the core accepts, in its order (``sketchcore.ACTIVATIONS``).
-
-    Returns
-    -------
-    tuple of str
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> activation_names()
-    ('none', 'relu', 'gelu', 'gelu_tanh', 'silu')
-    """
-    return tuple(core.activation_name(a).decode() for a in core.all_activations())
-
-
-def cuda_device_count():
-    """Number of CUDA devices sketchcore can use.
-
-    Returns
-    -------
-    int
-        0 without the CUDA backend, a driver or a device.
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> cuda_device_count() >= 0
-    True
-    """
-    return core.cuda_device_count()

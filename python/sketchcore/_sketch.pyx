@@ -5,7 +5,8 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor
-from sketchcore._ops cimport _enter, _import, _stream_of
+from sketchcore._framework_gemm cimport _stream_of
+from sketchcore._ops cimport _enter, _import
 from sketchcore._sketchcore cimport Side, SketchOperator
 
 from sketchcore import _framework

@@ -1,0 +1,136 @@
+# cython: language_level=3
+"""Bindings of the core's runtime settings and facts: thread count, build information, the
+activation names and the CUDA device count (the operations themselves: sketchcore._ops)."""
+from sketchcore cimport _sketchcore as core
+
+
+def set_num_threads(num_threads):
+    """Sets how many CPU threads sketchcore's own loops and its own BLAS may use.
+
+    GEMMs that run in NumPy's or torch's BLAS (see :func:`set_cpu_blas`) follow that
+    framework's thread setting.
+
+    Parameters
+    ----------
+    num_threads : int
+        At least 1, at most 2**31 - 1.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        ``num_threads`` is not an int (a bool is refused).
+    ValueError
+        ``num_threads`` is below 1 or above 2**31 - 1.
+
+    Examples
+    --------
+    >>> before = get_num_threads()
+    >>> set_num_threads(1); get_num_threads()
+    1
+    >>> set_num_threads(before)
+    >>> set_num_threads(0)
+    Traceback (most recent call last):
+    ValueError: set_num_threads: num_threads: expected an integer ≥ 1, got 0
+    """
+    if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
+        raise TypeError(f"set_num_threads: num_threads: expected an int, got {type(num_threads).__name__}")
+    num_threads = num_threads.__index__()
+    if num_threads < 1:
+        raise ValueError(f"set_num_threads: num_threads: expected an integer ≥ 1, got {num_threads}")
+    if num_threads > 2**31 - 1:
+        raise ValueError(f"set_num_threads: num_threads: expected an integer ≤ 2**31 - 1, got {num_threads}")
+    core.set_num_threads(num_threads)
+
+
+def get_num_threads():
+    """Returns the CPU thread count sketchcore uses (see :func:`set_num_threads`).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> get_num_threads() >= 1
+    True
+    """
+    return core.get_num_threads()
+
+
+def build_info():
+    """Describes how the native library was built: version, BLAS, CUDA.
+
+    Returns
+    -------
+    dict
+        ``version`` (str), ``blas`` (str), ``cuda`` (bool: the CUDA backend is compiled in),
+        ``cuda_runtime_version`` (int, 0 without CUDA) and ``cpu_bf16_gemm`` (bool: this CPU
+        multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
+        them to float32: the same results up to summation order, but subnormal inputs, products and
+        sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off).
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> sorted(build_info())
+    ['blas', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
+    """
+    info = core.build_info()
+    return {
+        "version": info.version.decode(),
+        "blas": info.blas.decode(),
+        "cuda": bool(info.cuda),
+        "cuda_runtime_version": info.cuda_runtime_version,
+        "cpu_bf16_gemm": bool(info.cpu_bf16_gemm),
+    }
+
+
+def activation_names():
+    """The activation names the core accepts, in its order (``sketchcore.ACTIVATIONS``).
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> activation_names()
+    ('none', 'relu', 'gelu', 'gelu_tanh', 'silu')
+    """
+    return tuple(core.activation_name(a).decode() for a in core.all_activations())
+
+
+def cuda_device_count():
+    """Number of CUDA devices sketchcore can use.
+
+    Returns
+    -------
+    int
+        0 without the CUDA backend, a driver or a device.
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> cuda_device_count() >= 0
+    True
+    """
+    return core.cuda_device_count()
