@@ -17,6 +17,7 @@ MODULES = [
     "sketchcore._runtime",
     "sketchcore._framework_gemm",
     "sketchcore._dlpack",
+    "sketchcore._dlpack_buffer",
     "sketchcore.sketch",
     "sketchcore.memory",
     "sketchcore.layers",

@@ -28,7 +28,7 @@ _load_openblas()
 
 from sketchcore import linalg, memory, sketch  # noqa: E402
 from sketchcore.layers import sklinear  # noqa: E402
-from sketchcore._dlpack import DLPackBuffer  # noqa: E402
+from sketchcore._dlpack_buffer import DLPackBuffer  # noqa: E402
 from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, get_gemm_tuning, set_allow_tf32, set_gemm_tuning  # noqa: E402
 from sketchcore._framework_gemm import cpu_blas_of  # noqa: E402

@@ -34,7 +34,7 @@ def empty_like(x: Any, shape: tuple[int, ...], dtype: Any = None, dlpack_dtype: 
     if namespace is not None:  # array API standard (JAX, ...)
         return namespace().empty(shape, dtype=x.dtype if dtype is None else dtype, device=getattr(x, "device", None))
     import numpy
-    from sketchcore._dlpack import DLPackBuffer
+    from sketchcore._dlpack_buffer import DLPackBuffer
     return numpy.from_dlpack(DLPackBuffer(shape, dlpack_dtype))
 
 

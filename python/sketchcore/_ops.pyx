@@ -18,7 +18,6 @@ from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradient
 
 from sketchcore import _cuda, _framework
 
-from sketchcore._dlpack import DLPackBuffer
 
 import numpy
 

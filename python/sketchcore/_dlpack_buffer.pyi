@@ -1,0 +1,19 @@
+from typing import Any, Literal
+
+class DLPackBuffer:
+    def __init__(self, shape: tuple[int, ...] | list[int], dtype: Literal["float32", "float64"] = "float32") -> None: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def data_ptr(self) -> int: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
