@@ -45,6 +45,17 @@ def test_a_sketch_that_loses_a_column_is_redrawn_larger():
     assert check(M, Q, R, J) == 22
 
 
+@pytest.mark.parametrize("seed", [4, 18, 22])
+def test_a_float32_sketch_that_loses_a_column_is_redrawn_too(seed):
+    """float32's looser threshold must still tell a lost column (found in review: these 201 × 200
+    matrices lost one with γ = 1, leaving M[:, J] − QR at 2.4% of M)."""
+    M = np.random.default_rng(seed).standard_normal((201, 200)).astype(np.float32)
+    Q, R, J = linalg.cqrrpt(M, 1.0, sketch="sparse_sign", seed=seed)
+    assert Q.shape == (201, 200)
+    error = np.linalg.norm(M[:, J].astype(np.float64) - Q.astype(np.float64) @ R) / np.linalg.norm(M)
+    assert error <= 1e-5
+
+
 @pytest.mark.parametrize("rank", [1, 7, 40])
 def test_exactly_rank_deficient_reveals_the_rank(rng, rank):
     M = low_rank(rng, 2000, 80, rank)

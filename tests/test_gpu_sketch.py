@@ -45,7 +45,7 @@ def test_entries_are_bit_identical_to_the_cpus(kind, dtype):
     assert gpu.is_cuda and gpu.dtype == dtype
     np.testing.assert_array_equal(gpu.cpu().numpy(), cpu)
     block = torch.empty((9, 40), dtype=dtype, device="cuda")
-    sketch._sketch.to_dense(*op._args(), block, 5, 17)
+    sketchcore._sketch.to_dense(*op._args(), block, 5, 17)
     np.testing.assert_array_equal(block.cpu().numpy(), cpu[5:14, 17:57])
 
 

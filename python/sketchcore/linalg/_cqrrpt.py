@@ -87,7 +87,10 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
     M : array (m × n)
         NumPy array, torch tensor (CPU or CUDA) or CuPy array of float32 or float64, finite.
     gamma : float, default 1.25
-        Sketch oversampling factor, ≥ 1: the sketch has d = min(⌈γ n⌉, m) rows.
+        Sketch oversampling factor, ≥ 1: the sketch has d = min(⌈γ n⌉, m) rows. When the rank comes
+        out below min(m, n) and the discarded columns do not lie near span(Q) (a sketch that did not
+        embed M's columns, possible with γ near 1), it is drawn again with twice the rows (seed + 1),
+        up to d = m.
     tol : float, optional
         Relative threshold ≥ 0 on the sketch's pivoted-R diagonal that sets the numerical rank k;
         default 10·max(d, n)·eps of M's dtype.
@@ -151,10 +154,10 @@ def cqrrpt(M: ArrayT, gamma: float = 1.25, *, tol: float | None = None, sketch: 
         # a 65 × 22 matrix whose d = 22 SRHT sketch lost a column) shows as a rank k < min(m, n)
         # whose discarded columns M does not lie near span(Q): check them, and sketch again, twice
         # as large, up to d = m (the pivoted QR of M itself).
-        if k >= min(m, n) or d == m or _discarded_columns_fit(M, Q, R, J, k, n, tol, ops):
+        if k >= min(m, n) or d == m or _discarded_columns_fit(M, Q, R, J, k, tol, ops, seed):
             return Q, R, J
         d = min(2 * d, m)
-        seed = None if seed is None else seed + 1
+        seed = None if seed is None else (seed + 1) % 2**64
 
 
 def _factor(M: Any, ops: Ops, d: int, m: int, sketch: SketchKind, seed: int | None, tol: float,
@@ -190,13 +193,22 @@ def _factor(M: Any, ops: Ops, d: int, m: int, sketch: SketchKind, seed: int | No
     return Q, R, J, k
 
 
-def _discarded_columns_fit(M: Any, Q: Any, R: Any, J: Any, k: int, n: int, tol: float, ops: Ops) -> bool:
-    """Whether M[:, J[k:]] ≈ Q R[:, k:] as a pivoted QR truncated at the threshold gives when the
-    sketch embeds M's columns: each discarded column of the sketch's R is ≤ tol·|R_00| ≤ tol·‖M‖, so
-    their residual is ≤ √n·tol·‖M‖_F up to the embedding's distortion (allowed: 10×)."""
+def _discarded_columns_fit(M: Any, Q: Any, R: Any, J: Any, k: int, tol: float, ops: Ops, seed: int | None) -> bool:
+    """Whether the columns the rank threshold discarded lie as near span(Q) as a pivoted QR
+    truncated there leaves them when the sketch embeds M's columns: each residual column within
+    tol·|R_00| (R_00 = the largest column's norm), with 10× room for the embedding's distortion.
+    Checked on four random combinations of them, (M P − Q R[:, k:] W) with P scattering W into
+    the discarded columns' rows: O(m·n) work and an m × 4 host copy, not a copy of M."""
     import numpy as np
-    residual = np.linalg.norm(ops.to_host(M[:, J[k:]] - Q @ R[:, k:]))
-    return bool(residual <= 10.0 * math.sqrt(n) * tol * np.linalg.norm(ops.to_host(M)))
+    n = int(J.shape[0])
+    W = np.random.default_rng(0 if seed is None else seed).standard_normal((n - k, 4))
+    P = np.zeros((n, 4))
+    P[ops.to_host(J[k:]).astype(np.int64)] = W
+    probe = ops.to_host(M @ ops.from_host(P, M) - Q @ (R[:, k:] @ ops.from_host(W, M)))
+    # ‖res W‖_F ≤ ‖res‖_F ‖W‖_F and ‖res‖_F ≤ √(n − k) · max_j ‖res_j‖.
+    r00 = abs(float(ops.to_host(R[:1, :1])[0, 0])) if k > 0 else 0.0  # k = 0: only M = 0 fits
+    bound = 10.0 * tol * r00 * math.sqrt(n - k) * np.linalg.norm(W)
+    return bool(np.linalg.norm(probe) <= bound)
 
 
 def _itemsize(M: Any, ops: Ops) -> int:
