@@ -1,4 +1,5 @@
-# DLPack consumer (ImportedTensor) and producer (DLPackBuffer) shared by the bindings.
+# The DLPack ABI and the consumer (ImportedTensor, borrowing) shared by the bindings; the producer,
+# DLPackBuffer, is sketchcore._dlpack_buffer.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from cpython.buffer cimport Py_buffer

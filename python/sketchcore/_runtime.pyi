@@ -6,6 +6,7 @@ class BuildInfo(TypedDict):
     cuda: bool
     cuda_runtime_version: int
     cpu_bf16_gemm: bool
+    cpu_avx512_activations: bool
 
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...

@@ -355,8 +355,8 @@ SKETCHCORE_AVX512 void backward(const float* dy, float* g, const float* bias, st
 }  // namespace
 
 bool activations_avx512_available() noexcept {
-  // SKETCHCORE_AVX512_ACTIVATIONS=0 selects the portable kernels (what AVX2 CPUs run), so that
-  // they can be tested and timed on an AVX-512 machine too.
+  // SKETCHCORE_AVX512_ACTIVATIONS=0 selects the portable kernels (the code AVX2 CPUs run, here
+  // in its AVX-512 clone), so that they can be tested on an AVX-512 machine too.
   static const bool available = [] {
     const char* setting = std::getenv("SKETCHCORE_AVX512_ACTIVATIONS");
     if (setting && std::strcmp(setting, "0") == 0) return false;
