@@ -26,10 +26,8 @@
 #include "cpu/activations_avx512.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_AVX512
-#include <cstdlib>
-#include <cstring>
-
 #include "cpu/avx512_intrinsics.hpp"
+#include "cpu/kernel_switch.hpp"
 #endif
 
 namespace sketchcore::detail {
@@ -357,11 +355,7 @@ SKETCHCORE_AVX512 void backward(const float* dy, float* g, const float* bias, st
 bool activations_avx512_available() noexcept {
   // SKETCHCORE_AVX512_ACTIVATIONS=0 selects the portable kernels (the code AVX2 CPUs run, here
   // in its AVX-512 clone), so that they can be tested on an AVX-512 machine too.
-  static const bool available = [] {
-    const char* setting = std::getenv("SKETCHCORE_AVX512_ACTIVATIONS");
-    if (setting && std::strcmp(setting, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
+  static const bool available = !switched_off("SKETCHCORE_AVX512_ACTIVATIONS") && __builtin_cpu_supports("avx512f");
   return available;
 }
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "cpu/kernel_switch.hpp"
 #include "detail/parallel.hpp"
 #include "detail/scratch.hpp"
 
@@ -163,11 +164,8 @@ void bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_
 }
 
 bool gemm_bf16_available() noexcept {
-  static const bool available = [] {
-    const char* setting = std::getenv("SKETCHCORE_BF16_GEMM");
-    if (setting && std::strcmp(setting, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  }();
+  static const bool available = !switched_off("SKETCHCORE_BF16_GEMM") && __builtin_cpu_supports("avx512bf16") &&
+                                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return available;
 }
 

@@ -74,11 +74,7 @@ template <class E>
 inline __attribute__((always_inline)) void copy_segment(const E* __restrict src, E* __restrict dst, std::int64_t n) {
   constexpr std::int64_t kBlock = 64 / sizeof(E);
   std::int64_t j = 0;
-  for (; j + kBlock <= n; j += kBlock) {
-    E block[kBlock];
-    __builtin_memcpy(block, src + j, sizeof(block));
-    __builtin_memcpy(dst + j, block, sizeof(block));
-  }
+  while (j + kBlock <= n) copy_block_if<kBlock>(src, dst, j, n);
   // The tail (< 64 bytes) by halving blocks, each one or no move: no loop to distribute.
   copy_block_if<32 / sizeof(E)>(src, dst, j, n);
   copy_block_if<16 / sizeof(E)>(src, dst, j, n);
@@ -110,34 +106,27 @@ inline __attribute__((always_inline)) void pack_term_rows(const E* __restrict ba
   }
 }
 
-#define SKETCHCORE_PACK_TERM_ROWS(name, E)                                                                   \
-  SKETCHCORE_CLONES void name(const E* base, std::int64_t ts, std::int64_t rs, std::int64_t cs, std::int64_t terms, \
-                              std::int64_t rank, E* dst, std::int64_t begin, std::int64_t end) {             \
-    pack_term_rows<E>(base, ts, rs, cs, terms, rank, dst, begin, end);                                     \
+// One cloned (AVX-512/AVX2/baseline) entry per element size.
+#define SKETCHCORE_PACK_TERM_ROWS(E)                                                                          \
+  SKETCHCORE_CLONES void pack_term_rows_cloned(const E* base, std::int64_t ts, std::int64_t rs, std::int64_t cs, \
+                                               std::int64_t terms, std::int64_t rank, E* dst, std::int64_t begin, \
+                                               std::int64_t end) {                                                \
+    pack_term_rows<E>(base, ts, rs, cs, terms, rank, dst, begin, end);                                          \
   }
-SKETCHCORE_PACK_TERM_ROWS(pack_term_rows16, std::uint16_t)
-SKETCHCORE_PACK_TERM_ROWS(pack_term_rows32, std::uint32_t)
-SKETCHCORE_PACK_TERM_ROWS(pack_term_rows64, std::uint64_t)
+SKETCHCORE_PACK_TERM_ROWS(std::uint16_t)
+SKETCHCORE_PACK_TERM_ROWS(std::uint32_t)
+SKETCHCORE_PACK_TERM_ROWS(std::uint64_t)
 #undef SKETCHCORE_PACK_TERM_ROWS
 
 template <class E>
 void pack_terms_bits(const TensorView& S, std::int64_t terms, std::int64_t rank, E* dst) {
-  void (*rows)(const E*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, E*, std::int64_t,
-               std::int64_t);
-  if constexpr (sizeof(E) == 2) {
-    rows = pack_term_rows16;
-  } else if constexpr (sizeof(E) == 4) {
-    rows = pack_term_rows32;
-  } else {
-    rows = pack_term_rows64;
-  }
   const auto* base = static_cast<const E*>(S.data());
   const std::int64_t d_in = S.size(-2), ts = S.ndim() == 3 ? S.stride(0) : 0, rs = S.stride(-2), cs = S.stride(-1);
   // One thread up to 2^18 elements (1 MiB of float32): a second worker only competes with the
   // BLAS threads still spinning from the call's previous GEMM (measured slower at 512 KiB).
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(terms * rank, 1));
   parallel_for(d_in, grain, [&](std::int64_t b, std::int64_t e) {
-    rows(base, ts, rs, cs, terms, rank, dst, b, e);
+    pack_term_rows_cloned(base, ts, rs, cs, terms, rank, dst, b, e);
   });
 }
 
