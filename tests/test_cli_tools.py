@@ -36,7 +36,7 @@ def test_info_text_and_json():
     import numpy as np
     assert facts["cpu_gemms"]["numpy arrays"] == sketchcore.cpu_blas_of(np.empty(0))
     assert facts["cpu_kernels"] == {"bf16_gemm": sketchcore.build_info()["cpu_bf16_gemm"],
-                                    "avx512_activations": sketchcore.build_info()["cpu_avx512_activations"]}
+                                    "activations": sketchcore.build_info()["cpu_activation_kernels"]}
 
 
 def test_landscape_quick_writes_table_json_csv_and_plot(tmp_path):

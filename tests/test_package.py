@@ -16,7 +16,7 @@ def test_version_matches_the_distribution():
 
 def test_build_info_describes_the_native_library():
     info = sketchcore.build_info()
-    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version", "cpu_bf16_gemm", "cpu_avx512_activations"}
+    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version", "cpu_bf16_gemm", "cpu_activation_kernels"}
     assert info["blas"] in {"scipy-openblas32", "OpenBLAS", "Generic"}
     assert isinstance(info["cuda"], bool)
     assert (info["cuda_runtime_version"] > 0) == info["cuda"]
@@ -25,9 +25,13 @@ def test_build_info_describes_the_native_library():
         with open("/proc/cpuinfo") as f:
             flags = f.read()
         assert info["cpu_bf16_gemm"] == ("avx512_bf16" in flags and os.environ.get("SKETCHCORE_BF16_GEMM") != "0")
-        # The intrinsic activation kernels where the CPU has AVX-512F (a default build compiles them in).
-        assert info["cpu_avx512_activations"] == (" avx512f" in flags and
-                                                  os.environ.get("SKETCHCORE_AVX512_ACTIVATIONS") != "0")
+        # The best intrinsic activation kernels the CPU has (a default build compiles them in),
+        # unless the environment caps them.
+        best = "avx512" if " avx512f" in flags else "avx2" if " avx2" in flags and " fma" in flags else "portable"
+        cap = os.environ.get("SKETCHCORE_CPU_ACTIVATIONS")
+        order = ["portable", "avx2", "avx512"]
+        expected = order[min(order.index(best), order.index(cap))] if cap in order else best
+        assert info["cpu_activation_kernels"] == expected
 
 
 def test_cmake_package_is_installed_inside_the_python_package():

@@ -1,4 +1,4 @@
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 class BuildInfo(TypedDict):
     version: str
@@ -6,7 +6,7 @@ class BuildInfo(TypedDict):
     cuda: bool
     cuda_runtime_version: int
     cpu_bf16_gemm: bool
-    cpu_avx512_activations: bool
+    cpu_activation_kernels: Literal["avx512", "avx2", "portable"]
 
 def set_num_threads(num_threads: int) -> None: ...
 def get_num_threads() -> int: ...

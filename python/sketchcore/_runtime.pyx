@@ -77,9 +77,9 @@ def build_info():
         multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
         them to float32: the same results up to summation order, but subnormal inputs, products and
         sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off) and
-        ``cpu_avx512_activations`` (bool: the float32 GELU, GELU-tanh and SiLU epilogues run in
-        AVX-512 intrinsic kernels rather than the portable ones, both within 4 ulp;
-        ``SKETCHCORE_AVX512_ACTIVATIONS=0`` turns them off).
+        ``cpu_activation_kernels`` (str: which kernels run the float32 GELU, GELU-tanh and SiLU
+        epilogues, ``"avx512"``, ``"avx2"`` or ``"portable"``, the best this CPU has; all within
+        4 ulp of float64; ``SKETCHCORE_CPU_ACTIVATIONS=avx2`` or ``=portable`` caps the choice).
 
     Raises
     ------
@@ -88,7 +88,7 @@ def build_info():
     Examples
     --------
     >>> sorted(build_info())
-    ['blas', 'cpu_avx512_activations', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
+    ['blas', 'cpu_activation_kernels', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
     """
     info = core.build_info()
     return {
@@ -97,7 +97,7 @@ def build_info():
         "cuda": bool(info.cuda),
         "cuda_runtime_version": info.cuda_runtime_version,
         "cpu_bf16_gemm": bool(info.cpu_bf16_gemm),
-        "cpu_avx512_activations": bool(info.cpu_avx512_activations),
+        "cpu_activation_kernels": info.cpu_activation_kernels.decode(),
     }
 
 

@@ -107,7 +107,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         cbool cuda
         int cuda_runtime_version
         cbool cpu_bf16_gemm
-        cbool cpu_avx512_activations
+        string cpu_activation_kernels
 
     BuildInfo build_info() except +raise_py_error
     void set_num_threads(int num_threads) except +raise_py_error

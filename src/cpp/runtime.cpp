@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "cpu/activations_avx512.hpp"
+#include "cpu/activation_isa.hpp"
 #include "cpu/gemm_bf16.hpp"
 #include "detail/blas.hpp"
 #include "detail/check.hpp"
@@ -53,7 +53,7 @@ BuildInfo build_info() {
   info.cuda = cuda != nullptr;
   info.cuda_runtime_version = cuda ? cuda->runtime_version() : 0;
   info.cpu_bf16_gemm = detail::gemm_bf16_available();
-  info.cpu_avx512_activations = detail::activations_avx512_available();
+  info.cpu_activation_kernels = detail::activation_isa_name(detail::activation_isa());
   return info;
 }
 

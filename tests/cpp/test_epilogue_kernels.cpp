@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "cpu/epilogue_kernels.hpp"
+#include "cpu/activation_isa.hpp"
+#include "cpu/activations_avx2.hpp"
 #include "cpu/activations_avx512.hpp"
 #include "detail/activations.hpp"
 #include "detail/philox.hpp"
@@ -120,30 +122,43 @@ TEST_P(Kernels, BiasIsAddedInFloat32First) {
   for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], plain[i]);
 }
 
-TEST_P(Kernels, InfinityAndNanAsTheScalarFormulas) {
-  const Activation act = GetParam();
+using Forward = void (*)(float*, const float*, std::int64_t) noexcept;
+using Backward = void (*)(const float*, float*, const float*, std::int64_t) noexcept;
+
+/// ±inf and NaN (in a vector of their own and amid finite arguments) give what the scalar
+/// formulas of detail/activations.hpp give.
+template <class ForwardFn, class BackwardFn>
+void expect_inf_and_nan_as_the_scalar_formulas(Activation act, ForwardFn forward, BackwardFn backward) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> z = {inf, -inf, nan, -nan};
+  for (int i = 0; i < 20; ++i) z.push_back(i % 5 == 0 ? inf : 0.25f * static_cast<float>(i - 10));
   std::vector<float> fwd = z, bwd = z, dy(z.size(), 1.0f);
-  d::activation_forward_f32(act, fwd.data(), nullptr, 4);
-  d::activation_backward_f32(act, dy.data(), bwd.data(), nullptr, 4);
+  forward(fwd.data(), nullptr, static_cast<std::int64_t>(z.size()));
+  backward(dy.data(), bwd.data(), nullptr, static_cast<std::int64_t>(z.size()));
   d::visit_activation(act, [&](auto f, auto g) {
     for (std::size_t i = 0; i < z.size(); ++i) {
       const float want_f = f(z[i]), want_g = g(z[i]);
       EXPECT_EQ(std::isnan(fwd[i]), std::isnan(want_f)) << "forward at " << z[i];
-      if (!std::isnan(want_f)) {
+      if (!std::isnan(want_f) && !std::isfinite(z[i])) {
         EXPECT_EQ(fwd[i], want_f) << "forward at " << z[i];
       }
       EXPECT_EQ(std::isnan(bwd[i]), std::isnan(want_g)) << "derivative at " << z[i];
-      if (!std::isnan(want_g)) {
+      if (!std::isnan(want_g) && !std::isfinite(z[i])) {
         EXPECT_EQ(bwd[i], want_g) << "derivative at " << z[i];
       }
     }
   });
 }
 
-using Forward = void (*)(float*, const float*, std::int64_t) noexcept;
-using Backward = void (*)(const float*, float*, const float*, std::int64_t) noexcept;
+TEST_P(Kernels, InfinityAndNanAsTheScalarFormulas) {
+  const Activation act = GetParam();
+  expect_inf_and_nan_as_the_scalar_formulas(
+      act, [act](float* y, const float* b, std::int64_t n) { d::activation_forward_f32(act, y, b, n); },
+      [act](const float* dy, float* g, const float* b, std::int64_t n) {
+        d::activation_backward_f32(act, dy, g, b, n);
+      });
+}
+
 
 /// One implementation of `act` (the one activation_*_f32 picks runs above too) against float64.
 void check_kernels(Activation act, Forward forward, Backward backward) {
@@ -208,13 +223,20 @@ TEST(PortableKernels, WithinFourUlpOverEvery257thFloat) {
                                     d::silu_backward_portable_f32);
 }
 
-#if SKETCHCORE_ACTIVATIONS_AVX512
+#if SKETCHCORE_ACTIVATIONS_X86
 TEST(Avx512Kernels, WithinFourUlpOverEvery257thFloat) {
-  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
   expect_within_four_ulp_everywhere("gelu avx512", Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
   expect_within_four_ulp_everywhere("gelu_tanh avx512", Activation::gelu_tanh, d::gelu_tanh_forward_avx512,
                                     d::gelu_tanh_backward_avx512);
   expect_within_four_ulp_everywhere("silu avx512", Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
+}
+TEST(Avx2Kernels, WithinFourUlpOverEvery257thFloat) {
+  if (!d::activation_isa_supported(d::ActivationIsa::avx2)) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
+  expect_within_four_ulp_everywhere("gelu avx2", Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
+  expect_within_four_ulp_everywhere("gelu_tanh avx2", Activation::gelu_tanh, d::gelu_tanh_forward_avx2,
+                                    d::gelu_tanh_backward_avx2);
+  expect_within_four_ulp_everywhere("silu avx2", Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
 }
 #endif
 
@@ -228,32 +250,50 @@ TEST(PortableKernels, SiluWithinFourUlp) {
   check_kernels(Activation::silu, d::silu_forward_portable_f32, d::silu_backward_portable_f32);
 }
 
-#if SKETCHCORE_ACTIVATIONS_AVX512
+#if SKETCHCORE_ACTIVATIONS_X86
 TEST(Avx512Kernels, GeluWithinFourUlp) {
-  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
   check_kernels(Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
 }
 TEST(Avx512Kernels, GeluTanhWithinFourUlp) {
-  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
   check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_avx512, d::gelu_tanh_backward_avx512);
 }
 TEST(Avx512Kernels, SiluWithinFourUlp) {
-  if (!d::activations_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
   check_kernels(Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
+}
+TEST(Avx2Kernels, WithinFourUlpAndInfinityAndNanAsTheScalarFormulas) {
+  if (!d::activation_isa_supported(d::ActivationIsa::avx2)) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
+  check_kernels(Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
+  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_avx2, d::gelu_tanh_backward_avx2);
+  check_kernels(Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
+  expect_inf_and_nan_as_the_scalar_formulas(Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
+  expect_inf_and_nan_as_the_scalar_formulas(Activation::gelu_tanh, d::gelu_tanh_forward_avx2,
+                                            d::gelu_tanh_backward_avx2);
+  expect_inf_and_nan_as_the_scalar_formulas(Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
 }
 #endif
 
-/// Where both implementations exist they agree, with a bias and at lengths that are not a
-/// multiple of the vector width (the AVX-512 kernels mask the last vector).
+/// Every implementation this CPU runs agrees with the dispatched one, with a bias and at lengths
+/// that are not a multiple of the vector width (the AVX-512 kernels mask the last vector, the
+/// AVX2 ones copy it).
 TEST(PortableKernels, AgreeWithTheDispatchedOnesWithBiasAndRaggedLengths) {
-  const std::pair<Activation, std::pair<Forward, Backward>> cases[] = {
+  std::vector<std::pair<Activation, std::pair<Forward, Backward>>> cases = {
       {Activation::gelu, {d::gelu_forward_portable_f32, d::gelu_backward_portable_f32}},
       {Activation::gelu_tanh, {d::gelu_tanh_forward_portable_f32, d::gelu_tanh_backward_portable_f32}},
       {Activation::silu, {d::silu_forward_portable_f32, d::silu_backward_portable_f32}}};
+#if SKETCHCORE_ACTIVATIONS_X86
+  if (d::activation_isa_supported(d::ActivationIsa::avx2)) {
+    cases.push_back({Activation::gelu, {d::gelu_forward_avx2, d::gelu_backward_avx2}});
+    cases.push_back({Activation::gelu_tanh, {d::gelu_tanh_forward_avx2, d::gelu_tanh_backward_avx2}});
+    cases.push_back({Activation::silu, {d::silu_forward_avx2, d::silu_backward_avx2}});
+  }
+#endif
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (const auto& [act, kernels] : cases) {
-    for (std::int64_t n : {1, 15, 16, 17, 33, 100}) {
+    for (std::int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100}) {
       std::vector<float> y(static_cast<std::size_t>(n)), bias(y.size()), dy(y.size());
       for (std::size_t i = 0; i < y.size(); ++i) {
         y[i] = normal(rng);

@@ -12,7 +12,7 @@ import sketchcore
 _FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
 _ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
                 "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "SKETCHCORE_TUNE_GEMMS", "SKETCHCORE_BF16_GEMM",
-                "SKETCHCORE_AVX512_ACTIVATIONS")
+                "SKETCHCORE_CPU_ACTIVATIONS")
 
 
 def collect() -> dict[str, object]:
@@ -44,7 +44,7 @@ def collect() -> dict[str, object]:
         "devices": devices,
         "threads": sketchcore.get_num_threads(),
         "cpu_gemms": cpu_gemms,
-        "cpu_kernels": {"bf16_gemm": build["cpu_bf16_gemm"], "avx512_activations": build["cpu_avx512_activations"]},
+        "cpu_kernels": {"bf16_gemm": build["cpu_bf16_gemm"], "activations": build["cpu_activation_kernels"]},
         "tf32": sketchcore.get_allow_tf32(),
         "gemm_tuning": sketchcore.get_gemm_tuning(),
         "frameworks": frameworks,

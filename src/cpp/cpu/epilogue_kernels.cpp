@@ -8,6 +8,8 @@
 // bytes in bench/test_bench_epilogue.py.
 #include "cpu/epilogue_kernels.hpp"
 
+#include "cpu/activation_isa.hpp"
+#include "cpu/activations_avx2.hpp"
 #include "cpu/activations_avx512.hpp"
 #include "cpu/target_clones.hpp"
 #include "cpu/vector_math.hpp"
@@ -85,26 +87,31 @@ inline void backward_loop(const float* __restrict dy, float* __restrict g, const
   }
 }
 
-// A dispatcher's first choice: the AVX-512 kernel where the CPU has it (cpu/activations_avx512.hpp).
-#if SKETCHCORE_ACTIVATIONS_AVX512
-#define SKETCHCORE_PREFER_AVX512(kernel, ...) \
-  if (activations_avx512_available()) return kernel(__VA_ARGS__)
+// A dispatcher's first choice: the intrinsic kernel `name`_avx512 or `name`_avx2 that
+// activation_isa() picked (cpu/activation_isa.hpp); else the portable one below.
+#if SKETCHCORE_ACTIVATIONS_X86
+#define SKETCHCORE_PREFER_INTRINSICS(name, ...)                         \
+  switch (activation_isa()) {                                           \
+    case ActivationIsa::avx512: return name##_avx512(__VA_ARGS__);      \
+    case ActivationIsa::avx2: return name##_avx2(__VA_ARGS__);          \
+    case ActivationIsa::portable: break;                                \
+  }
 #else
-#define SKETCHCORE_PREFER_AVX512(kernel, ...)
+#define SKETCHCORE_PREFER_INTRINSICS(name, ...)
 #endif
 
 SKETCHCORE_CLONES void gelu_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluErf>(y, bias, n);
 }
 void gelu_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(gelu_forward_avx512, y, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(gelu_forward, y, bias, n);
   gelu_forward_portable(y, bias, n);
 }
 SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluTanh>(y, bias, n);
 }
 void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(gelu_tanh_forward_avx512, y, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(gelu_tanh_forward, y, bias, n);
   gelu_tanh_forward_portable(y, bias, n);
 }
 // SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
@@ -112,7 +119,7 @@ SKETCHCORE_CLONES void silu_forward_portable(float* y, const float* bias, std::i
   forward_loop<Silu>(y, bias, n);
 }
 void silu_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(silu_forward_avx512, y, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(silu_forward, y, bias, n);
   silu_forward_portable(y, bias, n);
 }
 
@@ -128,21 +135,21 @@ SKETCHCORE_CLONES void gelu_backward_portable(const float* dy, float* g, const f
   backward_loop<GeluErf>(dy, g, bias, n);
 }
 void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(gelu_backward_avx512, dy, g, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(gelu_backward, dy, g, bias, n);
   gelu_backward_portable(dy, g, bias, n);
 }
 SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<GeluTanh>(dy, g, bias, n);
 }
 void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(gelu_tanh_backward_avx512, dy, g, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(gelu_tanh_backward, dy, g, bias, n);
   gelu_tanh_backward_portable(dy, g, bias, n);
 }
 SKETCHCORE_CLONES void silu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<Silu>(dy, g, bias, n);
 }
 void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_AVX512(silu_backward_avx512, dy, g, bias, n);
+  SKETCHCORE_PREFER_INTRINSICS(silu_backward, dy, g, bias, n);
   silu_backward_portable(dy, g, bias, n);
 }
 

@@ -17,8 +17,9 @@ void activation_forward_f32(Activation act, float* y, const float* bias, std::in
 void activation_backward_f32(Activation act, const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
 
 /// The erf-GELU, GELU-tanh and SiLU kernels that activation_forward_f32/activation_backward_f32 use on CPUs
-/// without AVX-512 (cpu/activations_avx512.hpp has the others); declared so that the tests can
-/// check both on any machine.
+/// without AVX2 (cpu/activations_avx512.hpp and cpu/activations_avx2.hpp have the others), and that the
+/// AVX2 kernels call for vectors beyond their tables; declared so that the tests can check them on any
+/// machine.
 void gelu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
 void gelu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
 void gelu_tanh_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;

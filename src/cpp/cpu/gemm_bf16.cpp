@@ -21,12 +21,11 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cpu/kernel_switch.hpp"
 #include "detail/parallel.hpp"
 #include "detail/scratch.hpp"
 
 #if SKETCHCORE_GEMM_BF16
-#include "cpu/avx512_intrinsics.hpp"
+#include "cpu/x86_intrinsics.hpp"
 #endif
 
 namespace sketchcore::detail {
@@ -164,8 +163,12 @@ void bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_
 }
 
 bool gemm_bf16_available() noexcept {
-  static const bool available = !switched_off("SKETCHCORE_BF16_GEMM") && __builtin_cpu_supports("avx512bf16") &&
-                                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  static const bool available = [] {
+    const char* setting = std::getenv("SKETCHCORE_BF16_GEMM");  // "0" turns the native GEMM off
+    if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
   return available;
 }
 

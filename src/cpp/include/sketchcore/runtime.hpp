@@ -27,11 +27,11 @@ struct BuildInfo {
   /// them to float32 for BLAS. Same results up to float32 summation order either way, except
   /// that the native GEMM flushes subnormal inputs, products and sums to zero (as VDPBF16PS does).
   bool cpu_bf16_gemm = false;
-  /// Whether the float32 activation epilogues (GELU, GELU-tanh, SiLU and their derivatives) run
-  /// in the AVX-512 intrinsic kernels (compiled in on x86-64 GCC/Clang builds; used where the CPU
-  /// has AVX-512F; off with SKETCHCORE_AVX512_ACTIVATIONS=0), rather than the portable kernels.
-  /// Both are within 4 ulp of the float64 functions, in different bits.
-  bool cpu_avx512_activations = false;
+  /// Which kernels run the float32 activation epilogues (GELU, GELU-tanh, SiLU and their
+  /// derivatives): "avx512" or "avx2" (intrinsic kernels, compiled in on x86-64 GCC/Clang builds,
+  /// the best this CPU has) or "portable". SKETCHCORE_CPU_ACTIVATIONS=avx2 or =portable in the
+  /// environment caps the choice. All are within 4 ulp of the float64 functions, in different bits.
+  std::string cpu_activation_kernels;
 };
 
 /// Returns how this library was built.
