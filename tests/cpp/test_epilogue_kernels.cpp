@@ -10,13 +10,12 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "cpu/epilogue_kernels.hpp"
 #include "cpu/activation_isa.hpp"
-#include "cpu/activations_avx2.hpp"
-#include "cpu/activations_avx512.hpp"
 #include "detail/activations.hpp"
 #include "detail/philox.hpp"
 
@@ -122,8 +121,8 @@ TEST_P(Kernels, BiasIsAddedInFloat32First) {
   for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], plain[i]);
 }
 
-using Forward = void (*)(float*, const float*, std::int64_t) noexcept;
-using Backward = void (*)(const float*, float*, const float*, std::int64_t) noexcept;
+using Forward = d::ActivationKernels::Forward;
+using Backward = d::ActivationKernels::Backward;
 
 /// ±inf and NaN (in a vector of their own and amid finite arguments) give what the scalar
 /// formulas of detail/activations.hpp give.
@@ -214,85 +213,43 @@ void expect_within_four_ulp_everywhere(const char* name, Activation act, Forward
   EXPECT_LE(derivative_ulp, 4.0) << name;
 }
 
-TEST(PortableKernels, WithinFourUlpOverEvery257thFloat) {
-  expect_within_four_ulp_everywhere("gelu portable", Activation::gelu, d::gelu_forward_portable_f32,
-                                    d::gelu_backward_portable_f32);
-  expect_within_four_ulp_everywhere("gelu_tanh portable", Activation::gelu_tanh, d::gelu_tanh_forward_portable_f32,
-                                    d::gelu_tanh_backward_portable_f32);
-  expect_within_four_ulp_everywhere("silu portable", Activation::silu, d::silu_forward_portable_f32,
-                                    d::silu_backward_portable_f32);
-}
+constexpr Activation kTabled[] = {Activation::gelu, Activation::gelu_tanh, Activation::silu};
 
-#if SKETCHCORE_ACTIVATIONS_X86
-TEST(Avx512Kernels, WithinFourUlpOverEvery257thFloat) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
-  expect_within_four_ulp_everywhere("gelu avx512", Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
-  expect_within_four_ulp_everywhere("gelu_tanh avx512", Activation::gelu_tanh, d::gelu_tanh_forward_avx512,
-                                    d::gelu_tanh_backward_avx512);
-  expect_within_four_ulp_everywhere("silu avx512", Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
-}
-TEST(Avx2Kernels, WithinFourUlpOverEvery257thFloat) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx2)) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
-  expect_within_four_ulp_everywhere("gelu avx2", Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
-  expect_within_four_ulp_everywhere("gelu_tanh avx2", Activation::gelu_tanh, d::gelu_tanh_forward_avx2,
-                                    d::gelu_tanh_backward_avx2);
-  expect_within_four_ulp_everywhere("silu avx2", Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
-}
-#endif
-
-TEST(PortableKernels, GeluWithinFourUlp) {
-  check_kernels(Activation::gelu, d::gelu_forward_portable_f32, d::gelu_backward_portable_f32);
-}
-TEST(PortableKernels, GeluTanhWithinFourUlp) {
-  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_portable_f32, d::gelu_tanh_backward_portable_f32);
-}
-TEST(PortableKernels, SiluWithinFourUlp) {
-  check_kernels(Activation::silu, d::silu_forward_portable_f32, d::silu_backward_portable_f32);
-}
-
-#if SKETCHCORE_ACTIVATIONS_X86
-TEST(Avx512Kernels, GeluWithinFourUlp) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
-  check_kernels(Activation::gelu, d::gelu_forward_avx512, d::gelu_backward_avx512);
-}
-TEST(Avx512Kernels, GeluTanhWithinFourUlp) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
-  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_avx512, d::gelu_tanh_backward_avx512);
-}
-TEST(Avx512Kernels, SiluWithinFourUlp) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
-  check_kernels(Activation::silu, d::silu_forward_avx512, d::silu_backward_avx512);
-}
-TEST(Avx2Kernels, WithinFourUlpAndInfinityAndNanAsTheScalarFormulas) {
-  if (!d::activation_isa_supported(d::ActivationIsa::avx2)) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
-  check_kernels(Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
-  check_kernels(Activation::gelu_tanh, d::gelu_tanh_forward_avx2, d::gelu_tanh_backward_avx2);
-  check_kernels(Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
-  expect_inf_and_nan_as_the_scalar_formulas(Activation::gelu, d::gelu_forward_avx2, d::gelu_backward_avx2);
-  expect_inf_and_nan_as_the_scalar_formulas(Activation::gelu_tanh, d::gelu_tanh_forward_avx2,
-                                            d::gelu_tanh_backward_avx2);
-  expect_inf_and_nan_as_the_scalar_formulas(Activation::silu, d::silu_forward_avx2, d::silu_backward_avx2);
-}
-#endif
-
-/// Every implementation this CPU runs agrees with the dispatched one, with a bias and at lengths
-/// that are not a multiple of the vector width (the AVX-512 kernels mask the last vector, the
-/// AVX2 ones copy it).
-TEST(PortableKernels, AgreeWithTheDispatchedOnesWithBiasAndRaggedLengths) {
-  std::vector<std::pair<Activation, std::pair<Forward, Backward>>> cases = {
-      {Activation::gelu, {d::gelu_forward_portable_f32, d::gelu_backward_portable_f32}},
-      {Activation::gelu_tanh, {d::gelu_tanh_forward_portable_f32, d::gelu_tanh_backward_portable_f32}},
-      {Activation::silu, {d::silu_forward_portable_f32, d::silu_backward_portable_f32}}};
-#if SKETCHCORE_ACTIVATIONS_X86
-  if (d::activation_isa_supported(d::ActivationIsa::avx2)) {
-    cases.push_back({Activation::gelu, {d::gelu_forward_avx2, d::gelu_backward_avx2}});
-    cases.push_back({Activation::gelu_tanh, {d::gelu_tanh_forward_avx2, d::gelu_tanh_backward_avx2}});
-    cases.push_back({Activation::silu, {d::silu_forward_avx2, d::silu_backward_avx2}});
+/// One kernel family (cpu/activation_isa.hpp), called directly: every family the CPU can run is
+/// tested, whichever one the library dispatches to.
+class Family : public ::testing::TestWithParam<d::ActivationIsa> {
+ protected:
+  void SetUp() override {
+    if (!d::activation_isa_supported(GetParam())) {
+      GTEST_SKIP() << "this CPU cannot run the " << d::activation_isa_name(GetParam()) << " kernels";
+    }
   }
-#endif
+  const d::ActivationKernels& kernels() const { return d::activation_kernels(GetParam()); }
+};
+
+TEST_P(Family, WithinFourUlpOverEvery257thFloat) {
+  for (Activation act : kTabled) {
+    const std::string name = std::string(sketchcore::activation_name(act)) + " " + d::activation_isa_name(GetParam());
+    expect_within_four_ulp_everywhere(name.c_str(), act, kernels().forward(act), kernels().backward(act));
+  }
+}
+
+TEST_P(Family, WithinFourUlpOverEdgeAndRandomArguments) {
+  for (Activation act : kTabled) check_kernels(act, kernels().forward(act), kernels().backward(act));
+}
+
+TEST_P(Family, InfinityAndNanAsTheScalarFormulas) {
+  for (Activation act : kTabled) {
+    expect_inf_and_nan_as_the_scalar_formulas(act, kernels().forward(act), kernels().backward(act));
+  }
+}
+
+/// Each family agrees with the dispatched one, with a bias and at lengths that are not a
+/// multiple of the vector width (the AVX-512 kernels mask the last vector, the AVX2 ones copy it).
+TEST_P(Family, AgreesWithTheDispatchedOneWithBiasAndRaggedLengths) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (const auto& [act, kernels] : cases) {
+  for (Activation act : kTabled) {
     for (std::int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100}) {
       std::vector<float> y(static_cast<std::size_t>(n)), bias(y.size()), dy(y.size());
       for (std::size_t i = 0; i < y.size(); ++i) {
@@ -301,9 +258,9 @@ TEST(PortableKernels, AgreeWithTheDispatchedOnesWithBiasAndRaggedLengths) {
         dy[i] = normal(rng);
       }
       std::vector<float> a = y, b = y, ga = y, gb = y;
-      kernels.first(a.data(), bias.data(), n);
+      kernels().forward(act)(a.data(), bias.data(), n);
       d::activation_forward_f32(act, b.data(), bias.data(), n);
-      kernels.second(dy.data(), ga.data(), bias.data(), n);
+      kernels().backward(act)(dy.data(), ga.data(), bias.data(), n);
       d::activation_backward_f32(act, dy.data(), gb.data(), bias.data(), n);
       for (std::size_t i = 0; i < y.size(); ++i) {
         EXPECT_LE(std::fabs(a[i] - b[i]), 8 * ulp(a[i])) << "n = " << n << " i = " << i;
@@ -312,6 +269,13 @@ TEST(PortableKernels, AgreeWithTheDispatchedOnesWithBiasAndRaggedLengths) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Family,
+                         ::testing::Values(d::ActivationIsa::portable, d::ActivationIsa::avx2,
+                                           d::ActivationIsa::avx512),
+                         [](const ::testing::TestParamInfo<d::ActivationIsa>& info) {
+                           return std::string(d::activation_isa_name(info.param));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Activations, Kernels,
                          ::testing::Values(Activation::relu, Activation::gelu, Activation::gelu_tanh,

@@ -34,6 +34,37 @@ ActivationIsa activation_isa() noexcept {
   return chosen;
 }
 
+ActivationKernels::Forward ActivationKernels::forward(Activation act) const noexcept {
+  switch (act) {
+    case Activation::gelu: return gelu_forward;
+    case Activation::gelu_tanh: return gelu_tanh_forward;
+    case Activation::silu: return silu_forward;
+    case Activation::none:
+    case Activation::relu: break;
+  }
+  return nullptr;
+}
+
+ActivationKernels::Backward ActivationKernels::backward(Activation act) const noexcept {
+  switch (act) {
+    case Activation::gelu: return gelu_backward;
+    case Activation::gelu_tanh: return gelu_tanh_backward;
+    case Activation::silu: return silu_backward;
+    case Activation::none:
+    case Activation::relu: break;
+  }
+  return nullptr;
+}
+
+const ActivationKernels& activation_kernels(ActivationIsa isa) noexcept {
+#if SKETCHCORE_ACTIVATIONS_X86
+  if (isa == ActivationIsa::avx512) return kAvx512ActivationKernels;
+  if (isa == ActivationIsa::avx2) return kAvx2ActivationKernels;
+#endif
+  (void)isa;
+  return kPortableActivationKernels;
+}
+
 const char* activation_isa_name(ActivationIsa isa) noexcept {
   switch (isa) {
     case ActivationIsa::avx512: return "avx512";

@@ -1,5 +1,5 @@
 // The erf-GELU z·Φ(z), GELU-tanh z·σ(v), v = 2c·(z + a·z³), SiLU z·σ(z) and their derivatives in
-// float32 on AVX2 with FMA (declared in cpu/activations_avx2.hpp), for CPUs without AVX-512.
+// float32 on AVX2 with FMA (kAvx2ActivationKernels, cpu/activation_isa.hpp), for CPUs without AVX-512.
 // As in cpu/activations_avx512.cpp, each is z·F(h) for z < 0 and z·(1 − F(h)) for z ≥ 0 with
 // h = |z|, each derivative D(h) or 1 − D(h), and near zero F and D come from tables: here 8
 // intervals (of width ½ for the GELUs, |z| < 3.75; 1 for SiLU, |z| < 7.5), one 8-lane register
@@ -10,7 +10,7 @@
 // two multiplications, the first exact. Tables by activation_tables_fit.py avx2, fit errors:
 // kGeluNear 0.44, kGeluSlopeNear 0.52, kGeluTanhNear 0.76, kGeluTanhSlopeNear 0.42, kSiluNear 0.68, kSiluSlopeNear 0.20 (· 2^-24).
 
-#include "cpu/activations_avx2.hpp"
+#include "cpu/activation_isa.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_X86
 #include <cstring>
@@ -254,28 +254,19 @@ SKETCHCORE_AVX2 void backward(const float* dy, float* g, const float* bias, std:
   std::memcpy(g + j, out.values, count * sizeof(float));
 }
 
+constexpr Activation8 kGeluFar = gelu_far<far_path::gelu<Avx2>, far_path::gelu<Avx2Below8>>;
+constexpr Activation8 kGeluSlopeFar = gelu_far<far_path::gelu_derivative<Avx2>, far_path::gelu_derivative<Avx2Below8>>;
+
 }  // namespace
 
-void gelu_forward_avx2(float* y, const float* bias, std::int64_t n) noexcept {
-  constexpr Activation8 kFar = gelu_far<far_path::gelu<Avx2>, far_path::gelu<Avx2Below8>>;
-  forward<near_or_far<kGeluNear, 2, false, kFar>>(y, bias, n);
-}
-void gelu_backward_avx2(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  constexpr Activation8 kFar = gelu_far<far_path::gelu_derivative<Avx2>, far_path::gelu_derivative<Avx2Below8>>;
-  backward<near_or_far<kGeluSlopeNear, 2, true, kFar>>(dy, g, bias, n);
-}
-void silu_forward_avx2(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<near_or_far<kSiluNear, 1, false, far_path::silu<Avx2>>>(y, bias, n);
-}
-void silu_backward_avx2(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<near_or_far<kSiluSlopeNear, 1, true, far_path::silu_derivative<Avx2>>>(dy, g, bias, n);
-}
-void gelu_tanh_forward_avx2(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<near_or_far<kGeluTanhNear, 2, false, far_path::gelu_tanh<Avx2>>>(y, bias, n);
-}
-void gelu_tanh_backward_avx2(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<near_or_far<kGeluTanhSlopeNear, 2, true, far_path::gelu_tanh_derivative<Avx2>>>(dy, g, bias, n);
-}
+const ActivationKernels kAvx2ActivationKernels = {
+    forward<near_or_far<kGeluNear, 2, false, kGeluFar>>,
+    backward<near_or_far<kGeluSlopeNear, 2, true, kGeluSlopeFar>>,
+    forward<near_or_far<kGeluTanhNear, 2, false, far_path::gelu_tanh<Avx2>>>,
+    backward<near_or_far<kGeluTanhSlopeNear, 2, true, far_path::gelu_tanh_derivative<Avx2>>>,
+    forward<near_or_far<kSiluNear, 1, false, far_path::silu<Avx2>>>,
+    backward<near_or_far<kSiluSlopeNear, 1, true, far_path::silu_derivative<Avx2>>>,
+};
 
 #endif
 

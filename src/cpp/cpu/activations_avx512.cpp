@@ -1,5 +1,5 @@
 // The erf-GELU z·Φ(z), GELU-tanh z·σ(v), v = 2c·(z + a·z³), SiLU z·σ(z) and their derivatives in
-// float32 on AVX-512 (declared in cpu/activations_avx512.hpp). Each is z·F(h) for z < 0 and
+// float32 on AVX-512 (kAvx512ActivationKernels, cpu/activation_isa.hpp), where the CPU has AVX-512F. Each is z·F(h) for z < 0 and
 // z·(1 − F(h)) for z ≥ 0 with h = |z| and F(h) = Φ(−h), σ(−v(h)) or σ(−h), so nothing cancels
 // on the negative side; each derivative is D(h) for z < 0 and 1 − D(h) for z ≥ 0.
 //
@@ -17,7 +17,7 @@
 // (GELU), 2.6 (GELU-tanh), 2.7 (SiLU) ulp; derivatives within 2.7, 2.3, 3.0 ulp of their larger
 // term. tests/cpp/test_epilogue_kernels.cpp checks 4 ulp over its own set; ±inf and NaN give what
 // detail/activations.hpp's formulas give.
-#include "cpu/activations_avx512.hpp"
+#include "cpu/activation_isa.hpp"
 
 #if SKETCHCORE_ACTIVATIONS_X86
 #include "cpu/x86_intrinsics.hpp"
@@ -197,24 +197,14 @@ SKETCHCORE_AVX512 void backward(const float* dy, float* g, const float* bias, st
 
 }  // namespace
 
-void gelu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<near_or_full<kGeluNear, 8, false, far_path::gelu<Avx512>>>(y, bias, n);
-}
-void gelu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<near_or_full<kGeluSlopeNear, 8, true, far_path::gelu_derivative<Avx512>>>(dy, g, bias, n);
-}
-void silu_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<near_or_full<kSiluNear, 4, false, far_path::silu<Avx512>>>(y, bias, n);
-}
-void silu_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<near_or_full<kSiluSlopeNear, 4, true, far_path::silu_derivative<Avx512>>>(dy, g, bias, n);
-}
-void gelu_tanh_forward_avx512(float* y, const float* bias, std::int64_t n) noexcept {
-  forward<near_or_full<kGeluTanhNear, 8, false, far_path::gelu_tanh<Avx512>>>(y, bias, n);
-}
-void gelu_tanh_backward_avx512(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  backward<near_or_full<kGeluTanhSlopeNear, 8, true, far_path::gelu_tanh_derivative<Avx512>>>(dy, g, bias, n);
-}
+const ActivationKernels kAvx512ActivationKernels = {
+    forward<near_or_full<kGeluNear, 8, false, far_path::gelu<Avx512>>>,
+    backward<near_or_full<kGeluSlopeNear, 8, true, far_path::gelu_derivative<Avx512>>>,
+    forward<near_or_full<kGeluTanhNear, 8, false, far_path::gelu_tanh<Avx512>>>,
+    backward<near_or_full<kGeluTanhSlopeNear, 8, true, far_path::gelu_tanh_derivative<Avx512>>>,
+    forward<near_or_full<kSiluNear, 4, false, far_path::silu<Avx512>>>,
+    backward<near_or_full<kSiluSlopeNear, 4, true, far_path::silu_derivative<Avx512>>>,
+};
 
 #endif
 

@@ -9,8 +9,6 @@
 #include "cpu/epilogue_kernels.hpp"
 
 #include "cpu/activation_isa.hpp"
-#include "cpu/activations_avx2.hpp"
-#include "cpu/activations_avx512.hpp"
 #include "cpu/target_clones.hpp"
 #include "cpu/vector_math.hpp"
 #include "detail/philox.hpp"
@@ -87,40 +85,15 @@ inline void backward_loop(const float* __restrict dy, float* __restrict g, const
   }
 }
 
-// A dispatcher's first choice: the intrinsic kernel `name`_avx512 or `name`_avx2 that
-// activation_isa() picked (cpu/activation_isa.hpp); else the portable one below.
-#if SKETCHCORE_ACTIVATIONS_X86
-#define SKETCHCORE_PREFER_INTRINSICS(name, ...)                         \
-  switch (activation_isa()) {                                           \
-    case ActivationIsa::avx512: return name##_avx512(__VA_ARGS__);      \
-    case ActivationIsa::avx2: return name##_avx2(__VA_ARGS__);          \
-    case ActivationIsa::portable: break;                                \
-  }
-#else
-#define SKETCHCORE_PREFER_INTRINSICS(name, ...)
-#endif
-
 SKETCHCORE_CLONES void gelu_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluErf>(y, bias, n);
-}
-void gelu_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(gelu_forward, y, bias, n);
-  gelu_forward_portable(y, bias, n);
 }
 SKETCHCORE_CLONES void gelu_tanh_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<GeluTanh>(y, bias, n);
 }
-void gelu_tanh_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(gelu_tanh_forward, y, bias, n);
-  gelu_tanh_forward_portable(y, bias, n);
-}
 // SiLU's argument is exact, so it is computed in float32 throughout (twice the lanes).
 SKETCHCORE_CLONES void silu_forward_portable(float* y, const float* bias, std::int64_t n) {
   forward_loop<Silu>(y, bias, n);
-}
-void silu_forward(float* y, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(silu_forward, y, bias, n);
-  silu_forward_portable(y, bias, n);
 }
 
 SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
@@ -134,46 +107,25 @@ SKETCHCORE_CLONES void relu_backward(const float* __restrict dy, float* __restri
 SKETCHCORE_CLONES void gelu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<GeluErf>(dy, g, bias, n);
 }
-void gelu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(gelu_backward, dy, g, bias, n);
-  gelu_backward_portable(dy, g, bias, n);
-}
 SKETCHCORE_CLONES void gelu_tanh_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<GeluTanh>(dy, g, bias, n);
-}
-void gelu_tanh_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(gelu_tanh_backward, dy, g, bias, n);
-  gelu_tanh_backward_portable(dy, g, bias, n);
 }
 SKETCHCORE_CLONES void silu_backward_portable(const float* dy, float* g, const float* bias, std::int64_t n) {
   backward_loop<Silu>(dy, g, bias, n);
 }
-void silu_backward(const float* dy, float* g, const float* bias, std::int64_t n) {
-  SKETCHCORE_PREFER_INTRINSICS(silu_backward, dy, g, bias, n);
-  silu_backward_portable(dy, g, bias, n);
+
+/// The family activation_isa() picked (cpu/activation_isa.hpp), looked up once.
+const ActivationKernels& chosen_kernels() noexcept {
+  static const ActivationKernels& chosen = activation_kernels(activation_isa());
+  return chosen;
 }
 
 }  // namespace
 
-void gelu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
-  gelu_forward_portable(y, bias, n);
-}
-void gelu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  gelu_backward_portable(dy, g, bias, n);
-}
-
-void gelu_tanh_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
-  gelu_tanh_forward_portable(y, bias, n);
-}
-void gelu_tanh_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  gelu_tanh_backward_portable(dy, g, bias, n);
-}
-void silu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept {
-  silu_forward_portable(y, bias, n);
-}
-void silu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept {
-  silu_backward_portable(dy, g, bias, n);
-}
+const ActivationKernels kPortableActivationKernels = {
+    gelu_forward_portable, gelu_backward_portable, gelu_tanh_forward_portable,
+    gelu_tanh_backward_portable, silu_forward_portable, silu_backward_portable,
+};
 
 void activation_forward_f32(Activation act, float* y, const float* bias, std::int64_t n) noexcept {
   switch (act) {
@@ -181,9 +133,9 @@ void activation_forward_f32(Activation act, float* y, const float* bias, std::in
       if (bias) bias_only(y, bias, n);
       return;
     case Activation::relu: relu_forward(y, bias, n); return;
-    case Activation::gelu: gelu_forward(y, bias, n); return;
-    case Activation::gelu_tanh: gelu_tanh_forward(y, bias, n); return;
-    case Activation::silu: silu_forward(y, bias, n); return;
+    case Activation::gelu:
+    case Activation::gelu_tanh:
+    case Activation::silu: chosen_kernels().forward(act)(y, bias, n); return;
   }
 }
 
@@ -193,9 +145,9 @@ void activation_backward_f32(Activation act, const float* dy, float* g, const fl
       for (std::int64_t j = 0; j < n; ++j) g[j] = dy[j];
       return;
     case Activation::relu: relu_backward(dy, g, bias, n); return;
-    case Activation::gelu: gelu_backward(dy, g, bias, n); return;
-    case Activation::gelu_tanh: gelu_tanh_backward(dy, g, bias, n); return;
-    case Activation::silu: silu_backward(dy, g, bias, n); return;
+    case Activation::gelu:
+    case Activation::gelu_tanh:
+    case Activation::silu: chosen_kernels().backward(act)(dy, g, bias, n); return;
   }
 }
 

@@ -10,22 +10,12 @@
 
 namespace sketchcore::detail {
 
-/// y[j] = act(y[j] + bias[j]) for j < n; `bias` contiguous or null.
+/// y[j] = act(y[j] + bias[j]) for j < n; `bias` contiguous or null. GELU, GELU-tanh and SiLU
+/// by the kernel family of cpu/activation_isa.hpp.
 void activation_forward_f32(Activation act, float* y, const float* bias, std::int64_t n) noexcept;
 
 /// g[j] = dy[j] · act′(h[j] + bias[j]) for j < n, in place over h = g; `bias` contiguous or null.
 void activation_backward_f32(Activation act, const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
-
-/// The erf-GELU, GELU-tanh and SiLU kernels that activation_forward_f32/activation_backward_f32 use on CPUs
-/// without AVX2 (cpu/activations_avx512.hpp and cpu/activations_avx2.hpp have the others), and that the
-/// AVX2 kernels call for vectors beyond their tables; declared so that the tests can check them on any
-/// machine.
-void gelu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
-void gelu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
-void gelu_tanh_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
-void gelu_tanh_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
-void silu_forward_portable_f32(float* y, const float* bias, std::int64_t n) noexcept;
-void silu_backward_portable_f32(const float* dy, float* g, const float* bias, std::int64_t n) noexcept;
 
 /// The dropout words of columns [4·group0, 4·group0 + 4·groups) of output row `row`:
 /// words[4·i + l] = word l of Philox block (row, group0 + i) (detail/philox.hpp).
