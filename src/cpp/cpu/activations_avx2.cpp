@@ -3,8 +3,8 @@
 // As in cpu/activations_avx512.cpp, each is z·F(h) for z < 0 and z·(1 − F(h)) for z ≥ 0 with
 // h = |z|, each derivative D(h) or 1 − D(h), and near zero F and D come from tables: here 8
 // intervals (of width ½ for the GELUs, |z| < 3.75; 1 for SiLU, |z| < 7.5), one 8-lane register
-// per coefficient read by one VPERMPS, a degree-7 polynomial (degree 6 misses 4 ulp; degree 7 is
-// as good as float32 coefficients allow). For unit-scale activations all but about one vector in
+// per coefficient read by one VPERMPS, a degree-7 polynomial (degree 6 leaves up to 4.4·2^-24 of
+// fit error before the evaluation's roundings; degree 7 is as good as float32 coefficients allow). For unit-scale activations all but about one vector in
 // 700 lies in that range; the others take the far path of cpu/activation_far_path.hpp, as on
 // AVX-512 (the same bits there), with its table lookups in four permutes and its scaling by 2^n in
 // two multiplications, the first exact. Tables by activation_tables_fit.py avx2, fit errors:
@@ -116,8 +116,9 @@ struct Avx2 {
   SKETCHCORE_AVX2 static M both(M a, M b) { return _mm256_and_ps(a, b); }
   SKETCHCORE_AVX2 static M first_not_second(M a, M b) { return _mm256_andnot_ps(b, a); }
   SKETCHCORE_AVX2 static F select(M m, F yes, F no) { return _mm256_blendv_ps(no, yes, m); }
-  /// q·2^n rounded once, into the subnormals, for n an integer in [−217, 0] where |q·2^n| is not
-  /// below 2^-126 unless n > −127: q·2^min(0, n + 126) is exact, then ·2^max(n, −126) rounds.
+  /// q·2^n rounded once, also into the subnormals, for n an integer in [−217, 0]: q·2^min(0, n + 126)
+  /// first, exact wherever the far path calls it (there |q| ≥ 2^-30 where n < −126), then
+  /// ·2^max(n, −126), the one rounding.
   SKETCHCORE_AVX2 static F scale(F q, F n) {
     const __m256i whole = _mm256_cvtps_epi32(n), low = _mm256_max_epi32(whole, _mm256_set1_epi32(-126));
     return mul(mul(q, power_of_two(_mm256_sub_epi32(whole, low))), power_of_two(low));
