@@ -65,9 +65,12 @@ using GeluErf = InDouble<GeluErfF>;
 using GeluTanh = InFloat<vmath::gelu_tanh, vmath::gelu_tanh_derivative>;
 using Silu = InFloat<vmath::silu, vmath::silu_derivative>;
 
-// The sum z = y + bias is rounded to float32 first, as the scalar formulas do.
+// The sum z = y + bias is rounded to float32 first, as the scalar formulas do. Always inlined:
+// each cloned caller below must compile the loop for its own instruction set (GCC once kept
+// GELU-tanh's backward loop out of line, compiled for baseline x86-64 in every clone: 5.9 ns per
+// element instead of 1.3).
 template <class Op>
-inline void forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
+__attribute__((always_inline)) inline void forward_loop(float* __restrict y, const float* __restrict bias, std::int64_t n) {
   if (bias) {
     for (std::int64_t j = 0; j < n; ++j) y[j] = Op::forward(y[j] + bias[j]);
   } else {
@@ -76,7 +79,7 @@ inline void forward_loop(float* __restrict y, const float* __restrict bias, std:
 }
 
 template <class Op>
-inline void backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
+__attribute__((always_inline)) inline void backward_loop(const float* __restrict dy, float* __restrict g, const float* __restrict bias,
                           std::int64_t n) {
   if (bias) {
     for (std::int64_t j = 0; j < n; ++j) g[j] = Op::backward(dy[j], g[j] + bias[j]);
