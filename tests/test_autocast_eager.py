@@ -1,8 +1,11 @@
 """Autocast regions on the eager path (sketchcore.torch._eager): the layers cast their operands
-as the operators' registered autocast kernels do (floating-point tensors other than float64 to
-the region's dtype, with autograd-recorded casts) and then make the eager calls, one core call
-per direction, instead of going through the dispatcher. Output dtype, gradient dtypes and
-values are those of the operator path."""
+as the operators' registered autocast kernels do (_ops.autocast_plan: floating-point tensors
+other than float64 to the region's dtype, or, where the CPU would only widen them again, a
+float32 computation whose output is rounded; autograd-recorded casts) and then make the eager
+calls, one core call per direction, instead of going through the dispatcher. Output dtype,
+gradient dtypes and values are those of the operator path. Both rules run on every CPU: the
+tests set _ops._CPU_BF16_GEMM (the core's own choice of GEMM does not change the rule's
+casts)."""
 import copy
 
 import pytest
@@ -10,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
-from sketchcore.torch import _eager  # noqa: E402
+from sketchcore.torch import _eager, _ops  # noqa: E402
 
 HALF = [torch.bfloat16, torch.float16]
 #: Relative error of a 16-bit result against float64 (as tests/test_torch_adapter.py's autocast test).
@@ -36,6 +39,27 @@ class CountingFastcall:
         result = self._fastcall.backward(*args, **kwargs)
         self.backward_calls += result is not None
         return result
+
+
+@pytest.fixture(params=[False, True], ids=["widening-cpu", "native-bf16-cpu"])
+def native_bf16(request, monkeypatch):
+    """Runs a test under both CPU rules: bfloat16 computed from widened operands (the float32
+    computation runs, its output rounded) and with a native bfloat16 GEMM (operands cast)."""
+    monkeypatch.setattr(_ops, "_CPU_BF16_GEMM", request.param)
+    return request.param
+
+
+def computes_in_float32(dtype):
+    """Whether a CPU autocast region of `dtype` runs float32 inputs' computation in float32."""
+    return dtype == torch.float16 or not _ops._CPU_BF16_GEMM
+
+
+def eager_function(y):
+    """The eager autograd Function's node behind y (through the output's rounding, if any)."""
+    node = y.grad_fn
+    if type(node).__name__ == "ToCopyBackward0":
+        node = node.next_functions[0][0]
+    return type(node).__name__
 
 
 @pytest.fixture
@@ -71,21 +95,23 @@ def layer_and_input(d_in, d_out, terms, rank, rows, seed):
 
 @settings(max_examples=8, deadline=None)
 @given(d_in=st.integers(1, 40), d_out=st.integers(1, 40), terms=st.integers(1, 3), rank=st.integers(1, 6),
-       rows=st.integers(1, 30), seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from(HALF))
+       rows=st.integers(1, 30), seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from(HALF), native=st.booleans())
 def test_sklinear_under_cpu_autocast_takes_the_eager_path_in_the_region_dtype(d_in, d_out, terms, rank, rows, seed,
-                                                                             dtype):
+                                                                             dtype, native):
     counting = CountingFastcall(_eager._fastcall)
-    original, _eager._fastcall = _eager._fastcall, counting  # hypothesis: no function-scoped fixture
+    # hypothesis: no function-scoped fixture
+    original, _eager._fastcall = _eager._fastcall, counting
+    rule, _ops._CPU_BF16_GEMM = _ops._CPU_BF16_GEMM, native
     try:
         layer, x = layer_and_input(d_in, d_out, terms, rank, rows, seed)
         with torch.autocast("cpu", dtype=dtype):
             y = layer(x)
-        assert y.dtype == dtype and type(y.grad_fn).__name__ == "SKLinearBackward"  # the eager Function
+        assert y.dtype == dtype and eager_function(y) == "SKLinearBackward"
         grad = torch.randn(y.shape)
         y.float().backward(grad)
         assert (counting.forward_calls, counting.backward_calls) == (1, 1)
     finally:
-        _eager._fastcall = original
+        _eager._fastcall, _ops._CPU_BF16_GEMM = original, rule
     y64, grads64 = float64_reference(layer, x, grad)
     assert relative_error(y, y64) <= TOLERANCE[dtype]
     for got, want in zip((x.grad, layer.S1s.grad, layer.S2s.grad, layer.bias.grad), grads64):
@@ -95,8 +121,62 @@ def test_sklinear_under_cpu_autocast_takes_the_eager_path_in_the_region_dtype(d_
 
 
 @pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("path", ["eager", "operator"])
+def test_the_rule_decides_the_dtype_of_the_computation(dtype, path, native_bf16):
+    """Where the CPU only widens 16-bit operands again, float32 inputs are computed in float32
+    and only y is rounded: y is bit for bit the float32 layer's output rounded, the gradients
+    those of the float32 backward of the incoming gradient rounded as y was, and the eager
+    Function keeps the caller's x (no 16-bit copy of it). With a native bfloat16 GEMM the
+    operands are cast instead: y is the layer's on 16-bit copies of x and its parameters."""
+    torch.manual_seed(9)
+    layer = sct.SKLinear(40, 24, 2, 5, activation="gelu")
+    twin = copy.deepcopy(layer)
+    x = torch.randn(6, 40, requires_grad=True)
+    x_twin = x.detach().clone().requires_grad_()
+    grad = torch.randn(6, 24)
+    with torch.autocast("cpu", dtype=dtype):
+        if path == "eager":
+            y = layer(x)
+        else:
+            y, _ = torch.ops.sketchcore.sklinear(x, layer.S1s, layer.S2s, layer.U1s, layer.U2s, layer.bias, "gelu", 0.0,
+                                                 _eager.NO_SEED)
+    assert y.dtype == dtype
+    if not computes_in_float32(dtype):
+        assert type(y.grad_fn).__name__ != "ToCopyBackward0"  # the Function's or the operator's own node
+        torch.testing.assert_close(y, copy.deepcopy(twin).to(dtype)(x_twin.detach().to(dtype)), rtol=0, atol=0)
+        return
+    assert type(y.grad_fn).__name__ == "ToCopyBackward0"
+    if path == "eager":
+        assert y.grad_fn.next_functions[0][0].saved_tensors[0].data_ptr() == x.data_ptr()
+    y32 = twin(x_twin)
+    torch.testing.assert_close(y, y32.to(dtype), rtol=0, atol=0)
+    y.float().backward(grad)
+    y32.backward(grad.to(dtype).float())
+    for got, want in ((x.grad, x_twin.grad), (layer.S1s.grad, twin.S1s.grad), (layer.S2s.grad, twin.S2s.grad),
+                      (layer.bias.grad, twin.bias.grad)):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_16_bit_inputs_keep_torchs_cast_rule(dtype, fastcall, native_bf16):
+    """x already in 16 bits (the output of an earlier layer of the region): the factors are cast
+    to the region's dtype under either rule, and the core widens them (or not) itself."""
+    torch.manual_seed(10)
+    layer = sct.SKLinear(24, 16, 2, 3)
+    x = torch.randn(5, 24).to(dtype).requires_grad_()
+    with torch.autocast("cpu", dtype=dtype):
+        y = layer(x)
+    assert y.dtype == dtype and type(y.grad_fn).__name__ == "SKLinearBackward"
+    torch.testing.assert_close(y, copy.deepcopy(layer).to(dtype)(x.detach()), rtol=0, atol=0)
+    y.float().sum().backward()
+    assert x.grad.dtype == dtype and layer.S1s.grad.dtype == torch.float32
+    assert (fastcall.forward_calls, fastcall.backward_calls) == (2, 1)
+
+
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("activation", ["none", "gelu"])
-def test_eager_autocast_equals_the_operators_autocast_kernel(dtype, activation, fastcall):
+def test_eager_autocast_equals_the_operators_autocast_kernel(dtype, activation, fastcall, native_bf16):
     """The same casts and the same core computation: bit for bit the operator's results."""
     torch.manual_seed(3)
     layer = sct.SKLinear(48, 40, 2, 4, activation=activation)
@@ -120,14 +200,14 @@ def test_eager_autocast_equals_the_operators_autocast_kernel(dtype, activation, 
 
 
 @pytest.mark.parametrize("dtype", HALF)
-def test_sketched_linear_and_lowrank_follow_the_region_dtype_on_the_eager_path(dtype, fastcall):
+def test_sketched_linear_and_lowrank_follow_the_region_dtype_on_the_eager_path(dtype, fastcall, native_bf16):
     torch.manual_seed(4)
     x = torch.randn(6, 20, requires_grad=True)
     S = torch.randn(2, 20, 3, requires_grad=True)
     U = torch.randn(2, 3, 9, requires_grad=True)
     with torch.autocast("cpu", dtype=dtype):
         y = sct.sketched_linear(x, S, U, scale=0.5)
-    assert y.dtype == dtype and type(y.grad_fn).__name__ == "SketchedLinearBackward"
+    assert y.dtype == dtype and eager_function(y) == "SketchedLinearBackward"
     grad = torch.randn(6, 9)
     y.float().backward(grad)
     assert x.grad.dtype == S.grad.dtype == U.grad.dtype == torch.float32
@@ -186,7 +266,7 @@ def test_no_cast_after_an_inner_region_disables_autocast(fastcall):
     torch.testing.assert_close(y, layer(x), rtol=0, atol=0)
 
 
-def test_second_order_gradients_under_autocast_match_the_operator():
+def test_second_order_gradients_under_autocast_match_the_operator(native_bf16):
     """create_graph=True through the eager Function's composite backward, in the region's dtype."""
     torch.manual_seed(8)
     layer = sct.SKLinear(20, 12, 2, 3, activation="gelu")

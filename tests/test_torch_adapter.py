@@ -437,7 +437,7 @@ def test_eager_calls_skip_the_dispatcher_and_the_rest_keep_the_operators():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         under_autocast = layer(x)
     assert not any("sketchcore_sklinear" in n for n in _backward_names(under_autocast))
-    assert type(under_autocast.grad_fn).__name__ == "SKLinearBackward"
+    assert "SKLinearBackward" in _backward_names(under_autocast)  # behind the output's rounding, if any
     traced = torch.jit.trace(layer, x.detach())
     assert "sketchcore::sklinear" in str(traced.graph)
     g = torch.randn_like(eager)

@@ -8,8 +8,10 @@ weights' SVD or data-aware (calibration inputs).
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
 fullgraph=True)`` traces them without graph breaks, and they pass
-``torch.library.opcheck``. Under ``torch.autocast`` they compute in the region's dtype
-(float16 or bfloat16; float32 accumulation) on the CPU and on CUDA devices.
+``torch.library.opcheck``. Under ``torch.autocast`` their output has the region's dtype
+(float16 or bfloat16): CUDA devices, and CPUs with bfloat16 instructions in bfloat16 regions,
+compute from operands cast to it (float32 accumulation); elsewhere on the CPU a float32 input is
+computed in float32 and only the output rounded (no 16-bit arithmetic would be faster there).
 """
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ the operators: TorchScript scripting and tracing, torch.compile, torch.func tran
 tensor subclasses (FakeTensor, DTensor, ...).
 
 Autocast regions of the input's device (CPU or CUDA) stay here too: the operands are cast
-first, by the operators' own rule (``_ops._autocast_args``: floating-point tensors other than
-float64 to the region's dtype), with autograd-recorded casts, so the output has the region's
-dtype and float32 parameters get float32 gradients, as through the operators' autocast
-kernels. Going through the operators instead cost a bf16 SKLinear training step the
+first, by the operators' own rule (``_ops.autocast_plan``: floating-point tensors other than
+float64 to the region's dtype, or, where the CPU would only widen them again, a float32
+computation whose output is rounded), with autograd-recorded casts, so the output has the
+region's dtype and float32 parameters get float32 gradients, as through the operators'
+autocast kernels. Going through the operators instead cost a bf16 SKLinear training step the
 dispatcher, the Python autograd wrapper and the public functions' argument handling twice
 (issue 26).
 """
@@ -55,14 +56,19 @@ def applies(x: Tensor, *tensors: Optional[Tensor]) -> bool:
     return device in _AUTOCAST_DEVICES or not _is_autocast_enabled(device)
 
 
-def _autocast(x: Tensor, *tensors: Optional[Tensor]) -> tuple[Any, ...]:
-    """(x, *tensors) cast for an autocast region of x's device, as the operators' autocast
-    kernel casts them (_ops._autocast_args); unchanged outside one. The casts are ordinary
-    ``Tensor.to`` calls, so autograd records them and casts the gradients back."""
+def _autocast(x: Tensor, *tensors: Optional[Tensor]) -> tuple[tuple[Any, ...], Optional[torch.dtype]]:
+    """(x, *tensors) cast for an autocast region of x's device, and the dtype to cast the output
+    to, as the operators' autocast kernel does (_ops.autocast_plan); unchanged, None outside
+    one. The casts are ordinary ``Tensor.to`` calls, so autograd records them and casts the
+    gradients back."""
     device = x.device.type
     if not _is_autocast_enabled(device):
-        return (x, *tensors)
-    return _ops._autocast_args((x, *tensors), device, torch.get_autocast_dtype(device))
+        return (x, *tensors), None
+    return _ops.autocast_plan((x, *tensors), device, torch.get_autocast_dtype(device))
+
+
+def _rounded(y: Tensor, dtype: Optional[torch.dtype]) -> Tensor:
+    return y if dtype is None else y.to(dtype)
 
 
 def _records(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor]) -> bool:
@@ -101,10 +107,11 @@ class SketchedLinear(torch.autograd.Function):
 def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
                     dropout_p: float, seed: Tensor) -> Tensor:
     """The eager ``sketched_linear``: the Function when autograd records, else one core call."""
-    x, S, U, bias = _autocast(x, S, U, bias)
+    (x, S, U, bias), out_dtype = _autocast(x, S, U, bias)
     if _records(x, S, U, bias):
-        return SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed)
-    return _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, _seed_value(seed, dropout_p), False)
+        return _rounded(SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed), out_dtype)
+    return _rounded(_fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p,
+                                      _seed_value(seed, dropout_p), False), out_dtype)
 
 
 def _packed_forward(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
@@ -172,12 +179,12 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     """The eager ``sklinear``: the Function when autograd records, else one core call. Under
     autocast the four factors are cast one by one and joined by one concatenation per block
     (measured 0.05 ms a step at 1024 → 1024, T 2, k 32: less than the noise of its 17 ms)."""
-    x, S1s, S2s, U1s, U2s, bias = _autocast(x, S1s, S2s, U1s, U2s, bias)
+    (x, S1s, S2s, U1s, U2s, bias), out_dtype = _autocast(x, S1s, S2s, U1s, U2s, bias)
     if _is_grad_enabled() and (x.requires_grad or S1s.requires_grad or S2s.requires_grad or U1s.requires_grad
                                or U2s.requires_grad or (bias is not None and bias.requires_grad)):
-        return SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed)
-    return _packed_forward(x, S1s, S2s, U1s, U2s, bias, _CODES[activation], dropout_p, _seed_value(seed, dropout_p),
-                           False)[0]
+        return _rounded(SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed), out_dtype)
+    return _rounded(_packed_forward(x, S1s, S2s, U1s, U2s, bias, _CODES[activation], dropout_p,
+                                    _seed_value(seed, dropout_p), False)[0], out_dtype)
 
 
 #: The seed of calls without dropout: never read, so one shared tensor instead of one per call.

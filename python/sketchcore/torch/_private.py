@@ -10,7 +10,7 @@ re-dispatches below it.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -21,11 +21,13 @@ _AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
 
 
 def register_autocast(name: str, device_type: str,
-                      cast_args: Callable[[tuple[Any, ...], str, torch.dtype], tuple[Any, ...]]) -> bool:
+                      plan: Callable[[tuple[Any, ...], str, torch.dtype],
+                                     tuple[tuple[Any, ...], Optional[torch.dtype]]]) -> bool:
     """Registers an Autocast kernel of ``device_type`` ("cpu" or "cuda") for
-    ``sketchcore::name`` that casts its arguments with ``cast_args(args, device_type,
-    region_dtype)`` and calls the operator below autocast. Returns False (after a warning) when
-    this torch lacks the private APIs it needs."""
+    ``sketchcore::name`` that casts its arguments as ``plan(args, device_type, region_dtype)``
+    says, calls the operator below autocast and casts the operator's first output to the dtype
+    the plan names (if any). Returns False (after a warning) when this torch lacks the private
+    APIs it needs."""
     key_name = _AUTOCAST_KEYS[device_type]
     try:
         key = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key_name))
@@ -39,7 +41,9 @@ def register_autocast(name: str, device_type: str,
 
     def kernel(_keyset: Any, *args: Any) -> Any:
         with exclude(key):
-            return overload(*cast_args(args, device_type, torch.get_autocast_dtype(device_type)))
+            cast, out_dtype = plan(args, device_type, torch.get_autocast_dtype(device_type))
+            result = overload(*cast)
+        return result if out_dtype is None else (result[0].to(out_dtype), *result[1:])
 
     _LIBRARY.impl(name, kernel, key_name, with_keyset=True)
     return True
