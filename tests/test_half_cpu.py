@@ -86,30 +86,34 @@ def test_torch_bfloat16_and_half_models_on_the_cpu():
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_strided_16bit_operands_and_out_match_float32_rounded_once(rng, dtype):
+@pytest.mark.parametrize("rows, d_in, d_out", [(37, 24, 19), (1300, 1100, 19), (1300, 24, 1100)],
+                         ids=["one-chunk", "x-staged-in-3-chunks", "out-staged-in-3-chunks"])
+def test_strided_16bit_operands_and_out_match_float32_rounded_once(rng, dtype, rows, d_in, d_out):
     """x and out viewed with strides (staged chunk by chunk) and an intermediate: the result is
     the float32 computation on the widened values, rounded once (within one 16-bit ulp where
-    the two GEMM layouts may sum in another order)."""
+    the two GEMM layouts may sum in another order). 1100 staged float32 columns put 512 rows in
+    a chunk (kStagingBytes 2 MiB, kMinStagedRows 512): chunks of 512, 512 and 276 rows, whose
+    dropout masks continue across the chunks' borders."""
     torch = pytest.importorskip("torch")
     dt = getattr(torch, dtype)
-    base = torch.from_numpy(rng.standard_normal((37, 2 * 24), dtype=np.float32)).to(dt)
+    base = torch.from_numpy(rng.standard_normal((rows, 2 * d_in), dtype=np.float32)).to(dt)
     x = base[:, ::2]  # column stride 2: no in-place BLAS operand
-    S = torch.from_numpy(rng.standard_normal((3, 24, 5), dtype=np.float32) / 5).to(dt)
-    U = torch.from_numpy(rng.standard_normal((3, 5, 19), dtype=np.float32) / 4).to(dt)
-    b = torch.from_numpy(rng.standard_normal(19, dtype=np.float32)).to(dt)
-    out_base = torch.zeros(19, 37, dtype=dt)
-    out = out_base.t()  # row stride 1, column stride 37
-    z = torch.empty(37, 15, dtype=dt)
+    S = torch.from_numpy(rng.standard_normal((3, d_in, 5), dtype=np.float32) / np.sqrt(d_in)).to(dt)
+    U = torch.from_numpy(rng.standard_normal((3, 5, d_out), dtype=np.float32) / 4).to(dt)
+    b = torch.from_numpy(rng.standard_normal(d_out, dtype=np.float32)).to(dt)
+    out_base = torch.zeros(d_out, rows, dtype=dt)
+    out = out_base.t()  # row stride 1, column stride `rows`
+    z = torch.empty(rows, 15, dtype=dt)
     kwargs = dict(bias=b, activation="gelu", dropout_p=0.25, seed=11)
     sketchcore.sketched_matmul(x, S, U, out=out, intermediate=z, **kwargs)
-    z32 = torch.empty(37, 15)
+    z32 = torch.empty(rows, 15)
     y32 = sketchcore.sketched_matmul(x.float(), S.float(), U.float(), intermediate=z32,
                                      **{**kwargs, "bias": b.float()})
     for got, want in ((out, y32.to(dt)), (z, z32.to(dt))):
         gap = (got.float() - want.float()).abs()
         one_ulp = want.float().abs() * (2.0 ** -10 if dtype == "float16" else 2.0 ** -7) + 1e-30
         assert torch.all(gap <= one_ulp), float((gap / one_ulp).max())
-    assert torch.equal(out == 0, y32 == 0)  # the same dropout mask
+    assert torch.equal(out == 0, y32.to(dt) == 0)  # the same dropout mask (and the same underflows)
 
 
 def test_16bit_forward_makes_no_full_size_float32_copy_of_x_or_out():
