@@ -284,3 +284,19 @@ def test_second_order_gradients_under_autocast_match_the_operator(native_bf16):
     assert layer.S1s.grad.dtype == torch.float32
     torch.testing.assert_close(dx, dx_op, rtol=0, atol=0)
     torch.testing.assert_close(layer.S1s.grad, twin.S1s.grad, rtol=0, atol=0)
+
+
+def test_torch_compile_under_autocast_follows_the_same_rule(native_bf16):
+    """A compiled layer traces the operators' autocast kernel (_ops.autocast_plan): the same
+    output, bit for bit, as the eager layer in the same region, under either CPU rule."""
+    torch._dynamo.reset()  # the rule is read while tracing: no graph compiled under the other one
+    torch.manual_seed(12)
+    layer = sct.SKLinear(64, 32, 2, 4, activation="gelu")
+    x = torch.randn(8, 64)
+    compiled = torch.compile(layer, fullgraph=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, y_eager = compiled(x), layer(x)
+    assert y.dtype == y_eager.dtype == torch.bfloat16
+    torch.testing.assert_close(y, y_eager, rtol=0, atol=0)
+    if computes_in_float32(torch.bfloat16):
+        torch.testing.assert_close(y, layer(x).to(torch.bfloat16), rtol=0, atol=0)
