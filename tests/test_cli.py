@@ -71,3 +71,34 @@ def test_module_entry_point_runs():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(table_rows(done.stdout)) == 2 * len(cli.QUICK_SHAPES)  # the fused table and the bare one
+
+
+def test_the_sides_are_timed_in_rounds_that_alternate_them(monkeypatch):
+    """compare_times visits every side once per round, in a rotated order each round, with the
+    calls and the time budget split between the rounds; each side's median and range cover all
+    of its rounds."""
+    from sketchcore.cli import benchmark
+
+    visits = []
+
+    def fake_timed_calls(fn, repeats, budget_s, warm_calls):
+        visits.append((fn.__name__, repeats, budget_s))
+        assert warm_calls == (2 if len(visits) <= 3 else 1)
+        round_index = sum(1 for name, _, _ in visits if name == fn.__name__)
+        return [fn() * round_index] * repeats
+
+    def a():
+        return 1.0
+
+    def b():
+        return 10.0
+
+    def c():
+        return 100.0
+
+    monkeypatch.setattr(benchmark, "timed_calls", fake_timed_calls)
+    (a_median, a_range), (b_median, b_range), (c_median, c_range) = benchmark.compare_times([a, b, c], 7, 1.5)
+    assert [name for name, _, _ in visits] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {(repeats, budget) for _, repeats, budget in visits} == {(3, 0.5)}  # ⌈7/3⌉ calls, 1.5 s / 3
+    assert (a_median, a_range) == (2.0, 2.0) and (b_median, b_range) == (20.0, 20.0)  # rounds 1, 2, 3
+    assert (c_median, c_range) == (200.0, 200.0)

@@ -5,8 +5,9 @@ call against the same expression written in NumPy (S, U packed over terms, each 
 array) and against the dense layer ``relu(x @ W + b)`` it replaces, with the peak memory each
 allocates (NumPy's arrays traced by tracemalloc; sketchcore's output plus its pooled
 temporaries). Then the bare product ``(x @ S) @ U`` without an epilogue, where both sides run
-the same two BLAS calls and the best sketchcore can do is tie. Float32, median times, relative
-errors against a float64 reference. Runs in about a minute on 2 cores with the defaults.
+the same two BLAS calls and the best sketchcore can do is tie. Float32, median times (each side
+timed in three rounds that alternate with the others'), relative errors against a float64
+reference. Runs in about a minute on 2 cores with the defaults.
 """
 from __future__ import annotations
 
@@ -41,15 +42,19 @@ class Row:
     numpy_err: float
 
 
-def median_time(fn, repeats: int, budget_s: float) -> tuple[float, float]:
-    """Median and (max - min) of up to `repeats` timed calls, stopping early once
-    `budget_s` seconds have been spent (at least 3 calls).
+#: Rounds of the compared sides (see compare_times).
+ROUNDS = 3
 
-    Warm-up first, for at least 0.2 s: NumPy and sketchcore each have an OpenBLAS thread
-    pool whose threads keep spinning for a moment after a call and slow the other one
-    down; warming up also reaches the steady state of back-to-back calls."""
+
+def timed_calls(fn, repeats: int, budget_s: float, warm_calls: int = 2) -> list[float]:
+    """Up to `repeats` timed calls, stopping early once `budget_s` seconds have been spent
+    (at least 3 calls).
+
+    Warm-up first, at least `warm_calls` calls and 0.2 s: NumPy and sketchcore each have an
+    OpenBLAS thread pool whose threads keep spinning for a moment after a call and slow the
+    other one down; warming up also reaches the steady state of back-to-back calls."""
     start, warm = time.perf_counter(), 0
-    while warm < 2 or time.perf_counter() - start < 0.2:
+    while warm < warm_calls or time.perf_counter() - start < 0.2:
         fn()
         warm += 1
     times: list[float] = []
@@ -58,7 +63,22 @@ def median_time(fn, repeats: int, budget_s: float) -> tuple[float, float]:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), max(times) - min(times)
+    return times
+
+
+def compare_times(fns, repeats: int, budget_s: float) -> list[tuple[float, float]]:
+    """For each of `fns`: the median and (max − min) of its timed calls, taken in ROUNDS
+    rounds that visit every side in turn (each round in a rotated order), with `repeats` calls
+    and `budget_s` seconds split between them. A noisy machine's slow moments then fall on
+    every side alike: timed one after the other, one side's block could land in a slow minute
+    and the other's not (a 2-vCPU VM read the same bare product at 0.70× and 1.00× so)."""
+    calls: list[list[float]] = [[] for _ in fns]
+    per_round = max(1, -(-repeats // ROUNDS))
+    for r in range(ROUNDS):
+        for i in [(r + j) % len(fns) for j in range(len(fns))]:
+            # One warm-up call after the first round: the first-call costs are paid by then.
+            calls[i] += timed_calls(fns[i], per_round, budget_s / ROUNDS, 2 if r == 0 else 1)
+    return [(statistics.median(times), max(times) - min(times)) for times in calls]
 
 
 @dataclass
@@ -104,9 +124,9 @@ def run_shape(shape, repeats: int, budget_s: float, rng: np.random.Generator) ->
     U_packed = U.reshape(terms * k, d_out)
 
     # Both sides allocate their result, as a user's call would.
-    sc_s, sc_spread = median_time(lambda: sketchcore.sketched_matmul(x, S, U), repeats, budget_s)
-    np_s, _ = median_time(lambda: (x @ S_packed) @ U_packed, repeats, budget_s)
-    dense_s, _ = median_time(lambda: x @ W, repeats, budget_s)
+    (sc_s, sc_spread), (np_s, _), (dense_s, _) = compare_times(
+        [lambda: sketchcore.sketched_matmul(x, S, U), lambda: (x @ S_packed) @ U_packed, lambda: x @ W],
+        repeats, budget_s)
 
     reference = (x.astype(np.float64) @ S_packed.astype(np.float64)) @ U_packed.astype(np.float64)
     return Row(shape, sc_s, sc_spread, np_s, dense_s,
@@ -135,9 +155,7 @@ def run_fused(shape, repeats: int, budget_s: float, rng: np.random.Generator) ->
     def dense():
         return np.maximum(x @ W + b, 0)
 
-    sc_s, _ = median_time(fused, repeats, budget_s)
-    np_s, _ = median_time(unfused, repeats, budget_s)
-    dense_s, _ = median_time(dense, repeats, budget_s)
+    (sc_s, _), (np_s, _), (dense_s, _) = compare_times([fused, unfused, dense], repeats, budget_s)
     z = (x.astype(np.float64) @ S_packed.astype(np.float64)) @ U_packed.astype(np.float64)
     reference = np.maximum(z * float(scale) + b, 0)
     return FusedRow(shape, sc_s, np_s, dense_s, peak_bytes(fused), peak_bytes(unfused), peak_bytes(dense),
@@ -234,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nThe bare product (x@S)@U, no epilogue: both sides make the same two BLAS calls, so a tie (≈ 1×) is "
           "the expected result here:\n")
     print(format_table(rows))
-    print("\nTimes are medians (float32); spread = ±half the range of sketchcore's timed calls; "
+    print("\nTimes are medians (float32) of calls taken in three rounds that alternate the sides; "
+          "spread = ±half the range of sketchcore's timed calls; "
           "speedup = baseline time / sketchcore time; rel.err = ‖y − y₆₄‖/‖y₆₄‖ against a float64 reference.")
     return 0
 
