@@ -67,10 +67,6 @@ def _autocast(x: Tensor, *tensors: Optional[Tensor]) -> tuple[tuple[Any, ...], O
     return _ops.autocast_plan((x, *tensors), device, torch.get_autocast_dtype(device))
 
 
-def _rounded(y: Tensor, dtype: Optional[torch.dtype]) -> Tensor:
-    return y if dtype is None else y.to(dtype)
-
-
 def _records(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor]) -> bool:
     """Whether autograd would record the call (else no Function and no intermediate)."""
     return _is_grad_enabled() and (x.requires_grad or S.requires_grad or U.requires_grad
@@ -109,9 +105,10 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], act
     """The eager ``sketched_linear``: the Function when autograd records, else one core call."""
     (x, S, U, bias), out_dtype = _autocast(x, S, U, bias)
     if _records(x, S, U, bias):
-        return _rounded(SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed), out_dtype)
-    return _rounded(_fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p,
-                                      _seed_value(seed, dropout_p), False), out_dtype)
+        y = SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed)
+    else:
+        y = _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, _seed_value(seed, dropout_p), False)
+    return y if out_dtype is None else y.to(out_dtype)  # inline: every eager call passes here
 
 
 def _packed_forward(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
@@ -182,9 +179,11 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     (x, S1s, S2s, U1s, U2s, bias), out_dtype = _autocast(x, S1s, S2s, U1s, U2s, bias)
     if _is_grad_enabled() and (x.requires_grad or S1s.requires_grad or S2s.requires_grad or U1s.requires_grad
                                or U2s.requires_grad or (bias is not None and bias.requires_grad)):
-        return _rounded(SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed), out_dtype)
-    return _rounded(_packed_forward(x, S1s, S2s, U1s, U2s, bias, _CODES[activation], dropout_p,
-                                    _seed_value(seed, dropout_p), False)[0], out_dtype)
+        y = SKLinear.apply(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, seed)
+    else:
+        y = _packed_forward(x, S1s, S2s, U1s, U2s, bias, _CODES[activation], dropout_p, _seed_value(seed, dropout_p),
+                            False)[0]
+    return y if out_dtype is None else y.to(out_dtype)
 
 
 #: The seed of calls without dropout: never read, so one shared tensor instead of one per call.
