@@ -51,7 +51,7 @@ constexpr std::int64_t kIntermediateBytes = std::int64_t{4} << 20;
 /// reads them back, but at least kMinStagedRows rows, below which re-packing Sp and Up for every
 /// chunk's GEMMs costs more than the cache saves. Measured on a Zen 3 CPU with bfloat16 x, S, U
 /// (issue 26), float32 call time / bfloat16 call time with 16 MiB → this budget: 2048 × 1024 →
-/// 1024, T·k 128: 0.89 → 0.95–0.96; 1024 × 2048 → 2048: 0.88 → 0.91; 4096³, T·k 256 (512 rows,
+/// 1024, T·k 128: 0.89 → 0.95–0.97; 1024 × 2048 → 2048: 0.88 → 0.91; 4096³, T·k 256 (512 rows,
 /// 8 MiB): 1.02 → 1.00; 128 rows there read 0.86.
 constexpr std::int64_t kStagingBytes = std::int64_t{2} << 20;
 constexpr std::int64_t kMinStagedRows = 512;
