@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from sketchcore import _ranks
 from sketchcore.torch import _factors, _whitened
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
@@ -29,21 +30,32 @@ def choose_rank(n_in: int, n_out: int, layer: str, num_terms: Optional[int], low
                 tolerance: Optional[float], param_ratio: Optional[float], tolerance_rank: Any) -> tuple[int, str]:
     """The rank (k per term for SKLinear/SKConv2d) and, when the layer should stay dense, the
     reason. ``tolerance_rank()`` gives the smallest total rank meeting the tolerance (from
-    the weight's or the whitened singular values), called only when sizing by tolerance."""
+    the weight's or the whitened singular values), called only when sizing by tolerance.
+
+    A rank the caller fixes (``low_rank``) is kept as given; a chosen one follows
+    :mod:`sketchcore._ranks` (multiples of 64 from 256, else of 16): rounded down within the
+    ``param_ratio`` budget, rounded up to meet the tolerance while the layer stays smaller
+    than dense."""
     dense = n_in * n_out
     unit = per_rank(layer, n_in, n_out, num_terms)
     if low_rank is not None:
         return low_rank, ""
+    full = min(n_in, n_out) if layer == "lowrank" else dense  # a LowRankLinear is full rank at min(in, out)
     if param_ratio is not None:
-        rank = int(param_ratio * dense // unit)
+        rank = _ranks.aligned_rank_within(min(int(param_ratio * dense // unit), full))
         return (rank, "") if rank >= 1 else (0, f"no rank ≥ 1 fits param_ratio={param_ratio}")
     assert tolerance is not None
-    rank = int(tolerance_rank())
+    needed = int(tolerance_rank())
     if layer in ("sklinear", "skconv2d"):
         assert num_terms is not None
-        rank = -(-rank // (2 * num_terms))  # k per term: 2·T·k singular directions
-    if rank * unit >= dense:
-        return 0, f"tolerance {tolerance} needs rank {rank}, not fewer parameters than dense"
+        needed = -(-needed // (2 * num_terms))  # k per term: 2·T·k singular directions
+    break_even = -(-dense // unit)  # the smallest rank with no fewer parameters than dense
+    if needed >= break_even:
+        return 0, f"tolerance {tolerance} needs rank {needed}, not fewer parameters than dense"
+    rank = _ranks.aligned_rank_at_least(needed, below=break_even)
+    if rank is None:
+        return 0, (f"tolerance {tolerance} needs rank {needed}, and the next rank the GPU kernels like is not fewer "
+                   f"parameters than dense")
     return rank, ""
 
 
