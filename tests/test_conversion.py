@@ -151,11 +151,24 @@ def test_sketch_model_keeps_layers_it_cannot_compress_and_reports_skips(gen):
     model = torch.nn.Sequential(torch.nn.Linear(16, 16).double())
     linear, _ = linear_with_spectrum(gen, 16, 16, "flat")
     model[0].weight.data.copy_(linear.weight)
-    report = sct.sketch_model(model, tolerance=0.01, layer="lowrank")
+    with pytest.warns(UserWarning, match=r"no layer was replaced: every matched layer was kept dense \(0: tolerance"):
+        report = sct.sketch_model(model, tolerance=0.01, layer="lowrank")
     assert len(report) == 0 and report.kept[0].kind == "kept dense" and "not fewer parameters" in report.kept[0].reason
     attention = torch.nn.MultiheadAttention(8, 2)
-    report = sct.sketch_model(attention, 1, 2, include=["*out_proj"])
+    with pytest.warns(UserWarning, match=r"no convertible layer matched include=\['\*out_proj'\].*skipped: out_proj"):
+        report = sct.sketch_model(attention, 1, 2, include=["*out_proj"])
     assert len(report) == 0 and report.skipped and "out_proj" in report.skipped[0][0]
+    with pytest.warns(UserWarning, match=r"no convertible layer matched include=\['nothing\*'\], exclude=\[\]$"):
+        assert len(sct.sketch_model(model, low_rank=2, include=["nothing*"])) == 0
+
+
+def test_sketch_model_of_a_state_dict_or_a_non_module_says_to_pass_the_model():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    with pytest.raises(TypeError, match=r"model: expected a torch.nn.Module, got OrderedDict \(a state_dict: build"):
+        sct.sketch_model(model.state_dict(), low_rank=2)
+    with pytest.raises(TypeError, match=r"model: expected a torch.nn.Module, got Tensor$"):
+        sct.sketch_model(model[0].weight.detach(), low_rank=2)
+    assert type(model[0]) is torch.nn.Linear
 
 
 def test_sketch_model_param_ratio_and_sklinear(gen):
@@ -174,7 +187,10 @@ def test_sketch_model_param_ratio_and_sklinear(gen):
     (dict(low_rank=2, layer="sklinear"), "num_terms: expected an integer ≥ 1 for layer='sklinear', got None"),
     (dict(low_rank=2, layer="dense"), "layer: expected 'sklinear' or 'lowrank', got 'dense'"),
     (dict(tolerance=1.0, layer="lowrank"), r"tolerance: expected a number in \[0, 1\), got 1.0"),
-    (dict(param_ratio=0.0, layer="lowrank"), "param_ratio: expected a positive number, got 0.0"),
+    (dict(param_ratio=0.0, layer="lowrank"), r"param_ratio: expected a number in \(0, 1\] .*, got 0.0"),
+    (dict(param_ratio=2, layer="lowrank"), r"param_ratio: expected a number in \(0, 1\] \(new parameters / dense "
+                                            r"parameters; above 1 the model would grow\), got 2"),
+    (dict(param_ratio=float("nan"), layer="lowrank"), r"param_ratio: expected a number in \(0, 1\] .*, got nan"),
 ])
 def test_sketch_model_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

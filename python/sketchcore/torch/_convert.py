@@ -147,6 +147,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     Traceback (most recent call last):
     ValueError: sketch_model: expected exactly one of low_rank, tolerance and param_ratio ...
     """
+    if not isinstance(model, nn.Module):
+        hint = " (a state_dict: build the model, load it, and pass the model)" if isinstance(model, Mapping) else ""
+        raise TypeError(f"sketch_model: model: expected a torch.nn.Module, got {type(model).__name__}{hint}")
     sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
     attention_only = sizes == 0 and attention is not None and not conv2d
     if sizes != 1 and not attention_only:
@@ -167,8 +170,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                          f"got layer={layer!r}")
     if tolerance is not None and not 0.0 <= tolerance < 1.0:
         raise ValueError(f"sketch_model: tolerance: expected a number in [0, 1), got {tolerance!r}")
-    if param_ratio is not None and not 0.0 < param_ratio:
-        raise ValueError(f"sketch_model: param_ratio: expected a positive number, got {param_ratio!r}")
+    if param_ratio is not None and not 0.0 < param_ratio <= 1.0:
+        raise ValueError(f"sketch_model: param_ratio: expected a number in (0, 1] (new parameters / dense "
+                         f"parameters; above 1 the model would grow), got {param_ratio!r}")
     if tied not in ("keep", "untie"):
         raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
@@ -220,7 +224,22 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         no_fused_encoders(model)
     if batches is not None:
         _measure(model, batches, tolerance, report)
+    if not report.replaced:
+        _warn_nothing_replaced(report, include, exclude)
     return report
+
+
+def _warn_nothing_replaced(report: ConversionReport, include: Optional[list[str]], exclude: list[str]) -> None:
+    """A conversion that changes nothing is almost always a mistake (a pattern that matches no
+    layer, a budget too small for every layer): say so, with the reasons the report holds."""
+    if report.kept:
+        why = "; ".join(f"{row.name}: {row.reason}" for row in report.kept[:3])
+        more = f" (and {len(report.kept) - 3} more)" if len(report.kept) > 3 else ""
+        detail = f"every matched layer was kept dense ({why}{more})"
+    else:
+        detail = (f"no convertible layer matched include={include!r}, exclude={exclude!r}"
+                  + (f"; skipped: {', '.join(name for name, _ in report.skipped[:3])}" if report.skipped else ""))
+    warnings.warn(f"sketch_model: no layer was replaced: {detail}", UserWarning, stacklevel=3)
 
 
 def _candidate(name: str, module: nn.Module, spec: LinearSpec, names: dict[int, list[str]], tied: str,
