@@ -5,6 +5,13 @@
 // Temporaries come from the stream-ordered pool. Operands whose layout cuBLASLt can read
 // (unit stride along rows or columns, collapsing leading dimensions) are used in place,
 // others are packed by one strided-copy kernel.
+//
+// Padded inner width: a rank k whose rows are not a multiple of 16 bytes (k = 375 in bf16)
+// puts every GEMM that sees it on cuBLASLt's legacy kernels (measured on an H200: 4.4× slower
+// than k = 376). Such a call runs with each term padded to kp (the next multiple of 16 bytes):
+// [S_1 … S_T] and [U_1; …; U_T] are packed with zero columns/rows, the intermediate and G·Upᵀ
+// live in kp-wide scratch, and results are copied out term by term. The padding is zeros on
+// both sides of every inner product, so the sums are the unpadded ones.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +38,7 @@ class CudaExecution {
  public:
   explicit CudaExecution(const SketchedMatmulProblem& p)
       : p_(p), device_(p.x.device().index), stream_(current_stream()), r_(p.terms * p.rank),
-        tf32_(current_execution().allow_tf32) {}
+        kp_(padded_rank(p.rank)), rp_(p.terms * kp_), tf32_(current_execution().allow_tf32) {}
 
   void forward() {
     const std::int64_t rows = p_.rows, d_out = p_.d_out;
@@ -57,10 +64,14 @@ class CudaExecution {
       DeviceBuffer x_buffer, s_buffer, u_buffer, z_buffer;
       const DeviceMatrix x = operand(p_.x, x_buffer);
       const DeviceMatrix sp = sketch_matrix(s_buffer);
-      const DeviceMatrix up = operand(p_.U, u_buffer);  // (T, k, d_out) is r × d_out
-      T* z = p_.intermediate ? intermediate_data() : (z_buffer = buffer(rows * r_)).template as<T>();
-      const std::int64_t ldz = p_.intermediate ? intermediate_ld() : r_;
-      lt_gemm(device_, dtype(), rows, r_, p_.d_in, 1.0, x, sp, 0.0, z, ldz, {}, tf32_, stream_);
+      const DeviceMatrix up = factor_matrix(u_buffer);  // (T, k, d_out) is r × d_out
+      const bool z_direct = p_.intermediate && !padded();
+      T* z = z_direct ? intermediate_data() : (z_buffer = buffer(rows * rp_)).template as<T>();
+      const std::int64_t ldz = z_direct ? intermediate_ld() : rp_;
+      lt_gemm(device_, dtype(), rows, rp_, p_.d_in, 1.0, x, sp, 0.0, z, ldz, {}, tf32_, stream_);
+      if (p_.intermediate && padded()) {  // the caller's Z (rows × T·k) from the padded one
+        copy_strided<T>(z, padded_intermediate_layout(), intermediate_data(), intermediate_layout(), stream_);
+      }
       // Bias and activation inside the second GEMM where cuBLASLt has them (bias must be contiguous).
       // float64 keeps everything in the own kernel: cuBLASLt offers no epilogues for it.
       const bool bias_fusable = p_.epilogue.bias && p_.epilogue.bias->stride(0) == 1 && dtype() != DType::float64;
@@ -73,7 +84,7 @@ class CudaExecution {
         fused.bias = p_.epilogue.bias->data();
         rest.bias = nullptr;
       }
-      lt_gemm(device_, dtype(), rows, d_out, r_, p_.epilogue.scale, {z, false, ldz}, up, 0.0, y, ldy, fused, tf32_,
+      lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, {z, false, ldz}, up, 0.0, y, ldy, fused, tf32_,
               stream_);
     }
     const bool own_pass = rest.bias || rest.activation != Activation::none || rest.dropout.enabled;
@@ -90,11 +101,18 @@ class CudaExecution {
       if (g.bias && rows > 0 && d_out > 0) bias_gradient_of_empty_product(g);
       return;
     }
-    DeviceBuffer x_buffer, s_buffer, u_buffer, g_buffer, gu_buffer;
+    DeviceBuffer x_buffer, s_buffer, u_buffer, z_buffer, g_buffer, gu_buffer;
     const DeviceMatrix x = operand(p_.x, x_buffer);
     const DeviceMatrix sp = sketch_matrix(s_buffer);
-    const DeviceMatrix up = operand(p_.U, u_buffer);
-    const DeviceMatrix z{intermediate_data(), false, intermediate_ld()};
+    const DeviceMatrix up = factor_matrix(u_buffer);
+    DeviceMatrix z{intermediate_data(), false, intermediate_ld()};
+    if (padded()) {  // the saved Z into kp-wide rows, zero between the terms
+      z_buffer = buffer(rows * rp_);
+      fill_zero<T>(z_buffer.as<T>(), rows * rp_, stream_);
+      copy_strided<T>(intermediate_data(), intermediate_layout(), z_buffer.as<T>(), padded_intermediate_layout(),
+                      stream_);
+      z = {z_buffer.as<T>(), false, rp_};
+    }
     const EpilogueArgs<T> e = own_epilogue();
     const bool transform = p_.epilogue.activation != Activation::none || e.dropout.enabled;
     // G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H), H = scale·Z·Up + bias recomputed when needed.
@@ -104,7 +122,7 @@ class CudaExecution {
       g_buffer = buffer(rows * d_out);
       T* gp = g_buffer.as<T>();
       if (p_.epilogue.activation != Activation::none) {
-        lt_gemm(device_, dtype(), rows, d_out, r_, p_.epilogue.scale, z, up, 0.0, gp, d_out, {}, tf32_, stream_);
+        lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, z, up, 0.0, gp, d_out, {}, tf32_, stream_);
       }
       EpilogueArgs<T> be = e;
       if (!transform) be.dropout = {};
@@ -115,7 +133,7 @@ class CudaExecution {
       gm = *dy_direct;
     }
     if (g.bias) bias_gradient(gm, *g.bias);
-    const std::int64_t k = p_.rank;
+    const std::int64_t k = kp_;  // column offsets and widths in the (possibly padded) inner dimension
     const std::int64_t s_first = g.S_terms.begin * k, s_width = (g.S_terms.end - g.S_terms.begin) * k;
     const std::int64_t u_first = g.U_terms.begin * k, u_width = (g.U_terms.end - g.U_terms.begin) * k;
     const double scale = p_.epilogue.scale;
@@ -123,11 +141,11 @@ class CudaExecution {
       write_matrix(*g.U, u_width, d_out, [&](void* dst, std::int64_t ld) {
         lt_gemm(device_, dtype(), u_width, d_out, rows, scale, transposed(DeviceMatrix{static_cast<const T*>(z.data) + u_first, false, z.ld}),
                 gm, 0.0, dst, ld, {}, tf32_, stream_);
-      }, /*as_sketch=*/false);
+      }, Destination::factor);
     }
     if (!g.x && !(g.S && s_width > 0)) return;
     // GU = G·Upᵀ: all r columns for dx, else only those dS needs.
-    const std::int64_t gu_first = g.x ? 0 : s_first, gu_width = g.x ? r_ : s_width;
+    const std::int64_t gu_first = g.x ? 0 : s_first, gu_width = g.x ? rp_ : s_width;
     gu_buffer = buffer(rows * gu_width);
     T* gu = gu_buffer.as<T>();
     lt_gemm(device_, dtype(), rows, gu_width, d_out, 1.0, gm, transposed(rows_from<T>(up, gu_first)), 0.0, gu,
@@ -136,18 +154,43 @@ class CudaExecution {
       write_matrix(*g.S, d_in, s_width, [&](void* dst, std::int64_t ld) {
         lt_gemm(device_, dtype(), d_in, s_width, rows, scale, transposed(x),
                 DeviceMatrix{gu + (s_first - gu_first), false, gu_width}, 0.0, dst, ld, {}, tf32_, stream_);
-      }, /*as_sketch=*/true);
+      }, Destination::sketch);
     }
     if (g.x) {  // dx = scale·GU·Spᵀ
       write_matrix(*g.x, rows, d_in, [&](void* dst, std::int64_t ld) {
-        lt_gemm(device_, dtype(), rows, d_in, r_, scale, DeviceMatrix{gu, false, gu_width}, transposed(sp), 0.0, dst,
+        lt_gemm(device_, dtype(), rows, d_in, rp_, scale, DeviceMatrix{gu, false, gu_width}, transposed(sp), 0.0, dst,
                 ld, {}, tf32_, stream_);
-      }, /*as_sketch=*/false);
+      }, Destination::plain);
     }
   }
 
  private:
   DType dtype() const { return p_.x.dtype(); }
+
+  /// k itself when its rows are a multiple of 16 bytes (and always in float64, which has no
+  /// tensor-core alignment rule), else the next such width.
+  static std::int64_t padded_rank(std::int64_t k) {
+    if constexpr (sizeof(T) >= 8) {
+      return k;
+    } else {
+      constexpr std::int64_t per_16_bytes = 16 / static_cast<std::int64_t>(sizeof(T));
+      return (k + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
+    }
+  }
+  bool padded() const { return kp_ != p_.rank; }
+
+  /// The caller's intermediate as (rows, T, k) and the padded scratch's (rows, T, kp) view of it.
+  Strided intermediate_layout() const {
+    Strided v = compact({p_.rows, p_.terms, p_.rank});
+    v.stride[0] = intermediate_ld();
+    return v;
+  }
+  Strided padded_intermediate_layout() const {
+    Strided v = compact({p_.rows, p_.terms, p_.rank});
+    v.stride[0] = rp_;
+    v.stride[1] = kp_;
+    return v;
+  }
 
   DeviceBuffer buffer(std::int64_t elements) const {
     return DeviceBuffer(device_, static_cast<std::size_t>(elements) * sizeof(T), stream_);
@@ -171,34 +214,88 @@ class CudaExecution {
   }
 
   /// Sp = [S_1 … S_T] (d_in × r): in place when the (T, k) columns collapse, else packed.
+  /// Sp = [S_1 … S_T] (d_in × r): in place when the (T, k) columns collapse, else packed;
+  /// padded: d_in × T·kp with zero columns after each term.
   DeviceMatrix sketch_matrix(DeviceBuffer& storage) const {
     const TensorView& S = p_.S;
-    if (const auto column_stride = detail::sketch_column_stride(S, p_.rank)) {
-      if (auto op = detail::operand_in_place<void>(S.data(), p_.d_in, r_, S.stride(-2), *column_stride)) return *op;
+    if (!padded()) {
+      if (const auto column_stride = detail::sketch_column_stride(S, p_.rank)) {
+        if (auto op = detail::operand_in_place<void>(S.data(), p_.d_in, r_, S.stride(-2), *column_stride)) return *op;
+      }
     }
-    storage = buffer(p_.d_in * r_);
-    // Source (T, d_in, k) → destination element (t, i, j) at i·r + t·k + j.
+    storage = buffer(p_.d_in * rp_);
+    if (padded()) fill_zero<T>(storage.as<T>(), p_.d_in * rp_, stream_);
+    // Source (T, d_in, k) → destination element (t, i, j) at i·rp + t·kp + j.
     Strided dst = strided_of(S);
     if (S.ndim() == 3) {
-      dst.stride[0] = p_.rank;
-      dst.stride[1] = r_;
+      dst.stride[0] = kp_;
+      dst.stride[1] = rp_;
       dst.stride[2] = 1;
     } else {
       dst = compact({p_.d_in, p_.rank});
+      dst.stride[0] = rp_;
     }
     copy_strided<T>(static_cast<const T*>(S.data()), strided_of(S), storage.as<T>(), dst, stream_);
-    return {storage.as<T>(), false, std::max<std::int64_t>(r_, 1)};
+    return {storage.as<T>(), false, std::max<std::int64_t>(rp_, 1)};
   }
 
-  /// Runs `gemm(dst, ld)` for a rows × cols result into `dest` directly when it is a
-  /// row-major matrix (a sketch-shaped (terms, d_in, k) destination when its (terms, k)
-  /// columns collapse), else into a buffer copied out after.
+  /// Up = [U_1; …; U_T] (r × d_out) in place or packed; padded: T·kp × d_out with zero rows
+  /// after each term.
+  DeviceMatrix factor_matrix(DeviceBuffer& storage) const {
+    if (!padded()) return operand(p_.U, storage);
+    const TensorView& U = p_.U;
+    storage = buffer(rp_ * p_.d_out);
+    fill_zero<T>(storage.as<T>(), rp_ * p_.d_out, stream_);
+    copy_strided<T>(static_cast<const T*>(U.data()), strided_of(U), storage.as<T>(), factor_layout(U, p_.d_out),
+                    stream_);
+    return {storage.as<T>(), false, std::max<std::int64_t>(p_.d_out, 1)};
+  }
+
+  /// Where element (t, j, c) of a (T, k, cols) or (k, cols) factor lies in a (T·kp) × cols matrix.
+  Strided factor_layout(const TensorView& factor, std::int64_t cols) const {
+    Strided v = strided_of(factor);
+    if (factor.ndim() == 3) {
+      v.stride[0] = kp_ * cols;
+      v.stride[1] = cols;
+      v.stride[2] = 1;
+    } else {
+      v.stride[0] = cols;
+      v.stride[1] = 1;
+    }
+    return v;
+  }
+
+  /// Where element (t, i, j) of a (T, rows, k) or (rows, k) sketch lies in a rows × (T·kp)
+  /// matrix of leading dimension `cols`.
+  Strided sketch_layout(const TensorView& sketch, std::int64_t cols) const {
+    Strided v = strided_of(sketch);
+    if (sketch.ndim() == 3) {
+      v.stride[0] = kp_;
+      v.stride[1] = cols;
+      v.stride[2] = 1;
+    } else {
+      v.stride[0] = cols;
+      v.stride[1] = 1;
+    }
+    return v;
+  }
+
+  /// What a gradient destination is: a plain row matrix (dx), a sketch (dS: (terms, d_in, k)
+  /// or (d_in, k), the result's columns run over terms), or a factor (dU: (terms, k, d_out) or
+  /// (k, d_out), the result's rows run over terms).
+  enum class Destination { plain, sketch, factor };
+
+  /// Runs `gemm(dst, ld)` for a rows × cols result (cols or rows T·kp wide for a sketch or a
+  /// factor) into `dest` directly when it is that row-major matrix (a sketch when its (terms,
+  /// k) columns collapse; never when padded), else into a buffer copied out after.
   template <class Gemm>
-  void write_matrix(const TensorView& dest, std::int64_t rows, std::int64_t cols, Gemm&& gemm, bool as_sketch) {
+  void write_matrix(const TensorView& dest, std::int64_t rows, std::int64_t cols, Gemm&& gemm, Destination kind) {
     std::optional<std::int64_t> ld;
-    if (as_sketch) {
-      if (detail::sketch_column_stride(dest, p_.rank) == std::optional<std::int64_t>(1)) ld = dest.stride(-2);
-    } else if (auto m = in_place(dest); m && !m->transposed) {
+    if (kind == Destination::sketch) {
+      if (!padded() && detail::sketch_column_stride(dest, p_.rank) == std::optional<std::int64_t>(1)) {
+        ld = dest.stride(-2);
+      }
+    } else if (auto m = in_place(dest); m && !m->transposed && (kind == Destination::plain || !padded())) {
       ld = m->ld;
     }
     if (ld && (*ld >= cols || rows <= 1)) {
@@ -207,14 +304,9 @@ class CudaExecution {
     }
     DeviceBuffer staged = buffer(rows * cols);
     gemm(staged.as<void>(), std::max<std::int64_t>(cols, 1));
-    Strided src = strided_of(dest);
-    if (as_sketch && dest.ndim() == 3) {  // staged element (t, i, j) at i·cols + t·k + j
-      src.stride[0] = p_.rank;
-      src.stride[1] = cols;
-      src.stride[2] = 1;
-    } else {
-      src = compact_like(dest);
-    }
+    const Strided src = kind == Destination::sketch   ? sketch_layout(dest, cols)
+                        : kind == Destination::factor ? factor_layout(dest, cols)
+                                                      : compact_like(dest);
     copy_strided<T>(staged.as<T>(), src, static_cast<T*>(dest.data()), strided_of(dest), stream_);
   }
 
@@ -277,7 +369,9 @@ class CudaExecution {
   const SketchedMatmulProblem& p_;
   const int device_;
   const cudaStream_t stream_;
-  const std::int64_t r_;
+  const std::int64_t r_;   // T·k, the inner width the caller sees
+  const std::int64_t kp_;  // k, or k padded to 16 bytes (padded())
+  const std::int64_t rp_;  // T·kp, the inner width the GEMMs see
   const bool tf32_;
 };
 
