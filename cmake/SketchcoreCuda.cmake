@@ -28,10 +28,20 @@ elseif(NOT SKETCHCORE_CUDA STREQUAL "OFF")
 endif()
 
 if(SKETCHCORE_WITH_CUDA)
-  enable_language(CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  # Default GPU targets, set before enable_language(CUDA), which would otherwise pick the
+  # compiler's own default (sm_75 with CUDA 13). -DCMAKE_CUDA_ARCHITECTURES=... or $CUDAARCHS
+  # choose others; the release wheels' list is in tools/wheels/variant.py.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
     set(CMAKE_CUDA_ARCHITECTURES 80 90)
   endif()
+  enable_language(CUDA)
+  # A CUDA wheel (tools/wheels/variant.py: sketchcore-cu13) must be built by its own major version.
+  if(DEFINED SKETCHCORE_CUDA_REQUIRE_MAJOR AND
+     NOT CMAKE_CUDA_COMPILER_VERSION MATCHES "^${SKETCHCORE_CUDA_REQUIRE_MAJOR}\\.")
+    message(FATAL_ERROR "SKETCHCORE_CUDA_REQUIRE_MAJOR: expected a CUDA ${SKETCHCORE_CUDA_REQUIRE_MAJOR} "
+                        "compiler, got ${CMAKE_CUDA_COMPILER} version ${CMAKE_CUDA_COMPILER_VERSION}")
+  endif()
+  set(_sc_cuda_note " (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 endif()
 message(STATUS "sketchcore: CUDA backend = ${SKETCHCORE_WITH_CUDA}${_sc_cuda_note}")
 
@@ -51,7 +61,9 @@ function(sketchcore_add_cuda_backend target)
       "${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/sketch_kernels.cu")
-    target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1)
+    # The loader opens cuBLASLt of the toolkit's major version (libcublasLt.so.<major>).
+    target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1
+                               SKETCHCORE_CUDA_MAJOR=${CUDAToolkit_VERSION_MAJOR})
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>)
     target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
     set_target_properties(${target} PROPERTIES CUDA_VISIBILITY_PRESET hidden CUDA_RUNTIME_LIBRARY Static)

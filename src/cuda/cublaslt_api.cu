@@ -1,16 +1,66 @@
 #include "cublaslt_api.hpp"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "sketchcore/errors.hpp"
+
+#ifndef SKETCHCORE_CUDA_MAJOR
+#error "SKETCHCORE_CUDA_MAJOR (the toolkit's major version) is set by cmake/SketchcoreCuda.cmake"
+#endif
+#define SKETCHCORE_STR2(x) #x
+#define SKETCHCORE_STR(x) SKETCHCORE_STR2(x)
 
 namespace sketchcore::cuda::lt {
 
 namespace {
+
+// The soname of this build's major version, and where NVIDIA's pip package puts it.
+constexpr const char* kSoname = "libcublasLt.so." SKETCHCORE_STR(SKETCHCORE_CUDA_MAJOR);
+#if SKETCHCORE_CUDA_MAJOR >= 13
+constexpr const char* kPipDir = "nvidia/cu13/lib";
+constexpr const char* kPipInstall = "pip install \"nvidia-cublas>=13,<14\"";
+#else
+constexpr const char* kPipDir = "nvidia/cublas/lib";
+constexpr const char* kPipInstall = "pip install nvidia-cublas-cu" SKETCHCORE_STR(SKETCHCORE_CUDA_MAJOR);
+#endif
+
+bool is_directory(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+// The site-packages directory two levels above this library (sketchcore/lib/libsketchcore.so in
+// a wheel), or "" when the library is not where a wheel puts it.
+std::string site_packages_of_this_library() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&is_directory), &info) == 0 || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  for (int up = 0; up < 3; ++up) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) return "";
+    path.resize(slash);
+  }
+  return path;
+}
+
+// Candidates after $SKETCHCORE_CUBLASLT, in order: the soname, then full paths.
+std::vector<std::string> candidates() {
+  std::vector<std::string> names{kSoname};
+  const std::string site = site_packages_of_this_library();
+  if (!site.empty()) names.push_back(site + "/" + kPipDir + "/" + kSoname);
+  for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
+    const char* root = std::getenv(variable);
+    if (root && *root) names.push_back(std::string(root) + "/lib64/" + kSoname);
+  }
+  names.push_back(std::string("/usr/local/cuda/lib64/") + kSoname);
+  return names;
+}
 
 template <class Fn>
 void resolve(void* library, const char* symbol, Fn& slot) {
@@ -19,25 +69,31 @@ void resolve(void* library, const char* symbol, Fn& slot) {
   slot = reinterpret_cast<Fn>(address);
 }
 
-Api load() {
-  void* library = nullptr;
+void* open_library() {
   std::string tried;
-  if (const char* path = std::getenv("SKETCHCORE_CUBLASLT")) {
-    library = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    tried = path;
-  } else {
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-      library = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
-      tried += tried.empty() ? name : std::string(", ") + name;
-      if (library) break;
-    }
+  const char* reason = nullptr;
+  if (const char* path = std::getenv("SKETCHCORE_CUBLASLT"); path && *path) {
+    std::string file = path;
+    if (is_directory(file)) file += std::string("/") + kSoname;
+    if (void* library = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL)) return library;
+    reason = dlerror();
+    throw cuda_error("sketchcore: SKETCHCORE_CUBLASLT: expected cuBLASLt (" + std::string(kSoname) +
+                     ") or a directory holding it, could not load " + file + " (" +
+                     (reason ? reason : "not found") + ")");
   }
-  if (!library) {
-    const char* reason = dlerror();
-    throw cuda_error("sketchcore: the CUDA backend needs cuBLASLt: could not load " + tried + " (" +
-                     (reason ? reason : "not found") +
-                     "); install the CUDA toolkit's cuBLAS or `pip install nvidia-cublas`, or set SKETCHCORE_CUBLASLT");
+  for (const std::string& name : candidates()) {
+    if (void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL)) return library;
+    reason = dlerror();
+    tried += (tried.empty() ? "" : ", ") + name;
   }
+  throw cuda_error(std::string("sketchcore: the CUDA backend (CUDA ") + SKETCHCORE_STR(SKETCHCORE_CUDA_MAJOR) +
+                   ") needs cuBLASLt and found none (tried " + tried + "; last error: " +
+                   (reason ? reason : "not found") + "): " + kPipInstall +
+                   ", or install the CUDA toolkit's cuBLAS, or set SKETCHCORE_CUBLASLT to the library's path");
+}
+
+Api load() {
+  void* library = open_library();
   Api api{};
   resolve(library, "cublasLtCreate", api.create);
   resolve(library, "cublasLtMatmulDescCreate", api.matmul_desc_create);

@@ -92,11 +92,17 @@ struct Api {
   const char* (*status_name)(Status);
 };
 
-/// The loaded API. The first call loads libcublasLt.so.13 (or .12) by the dynamic
-/// loader's search (a toolkit on the library path, or a copy already loaded, which is how
-/// the Python package uses the `nvidia-cublas` wheel); SKETCHCORE_CUBLASLT names a file
-/// to load instead.
-/// @throws device_error when no cuBLASLt can be loaded or a symbol is missing
+/// The loaded API. The first call loads cuBLASLt of this build's CUDA major version
+/// (libcublasLt.so.13 for a CUDA 13 build, .12 for CUDA 12), searching in this order:
+///  1. $SKETCHCORE_CUBLASLT: the library file, or a directory holding it (nothing else is tried);
+///  2. the dynamic loader's search by soname: a copy already loaded (the Python package loads the
+///     one it found, python/sketchcore/_cublaslt.py; torch or CuPy may have loaded one),
+///     LD_LIBRARY_PATH, the ldconfig cache;
+///  3. NVIDIA's pip package installed beside this library's Python package
+///     (site-packages/nvidia/cu13/lib, or nvidia/cublas/lib for CUDA 12);
+///  4. the CUDA toolkit: $CUDA_HOME/lib64, $CUDA_PATH/lib64, /usr/local/cuda/lib64.
+/// @throws cuda_error naming what was tried and the pip package to install when none loads,
+///         or when a symbol is missing
 const Api& api();
 
 /// Throws device_error naming `what` and cuBLASLt's status when `status` is not success.
