@@ -46,6 +46,11 @@ MODULES = [
     "sketchcore.tuner._tuner",
     "sketchcore.tuner._results",
     "sketchcore.tuner._optuna",
+    "sketchcore.tuner._resolvers",
+    "sketchcore.tuner._results_file",
+    "sketchcore.tuner._visualizer",
+    "sketchcore.tuner._candidates",
+    "sketchcore.tuner.SkAutoTuner",
 ]
 # Classes defined in a private module but shown under a public one (their __module__ names the
 # public one): the finder skips their methods in both modules, so they are searched directly,

@@ -71,13 +71,15 @@ def test_smaller_or_equal_than_random_search_with_five_times_the_evaluations(fre
     assert tuner.best_assignment_size <= theirs
 
 
-def test_without_threshold_the_dense_accuracy_is_kept(fresh):
+def test_dense_threshold_keeps_the_dense_accuracy(fresh):
+    """accuracy_threshold="dense": the dense model's score is the threshold (lossless compression)."""
     model, accuracy, dense = fresh
-    tuner = SKAutoTuner(model, LayerConfig(["0", "2"]), accuracy)
+    tuner = SKAutoTuner(model, LayerConfig(["0", "2"]), accuracy, accuracy_threshold="dense")
     tuner.tune()
     tuned = tuner.apply_best_params()
     assert accuracy(tuned) >= dense and stored(tuned) < 85002
-    assert tuner.accuracy_threshold is None and tuner.dense_accuracy == dense
+    assert tuner.accuracy_threshold == "dense" and tuner.dense_accuracy == dense
+    assert all(row["meets_threshold"] == (row["accuracy"] >= dense) for row in tuner.history)
 
 
 def test_budget_is_respected(fresh):
@@ -197,14 +199,18 @@ def test_load_errors(fresh, tmp_path):
         tuner.load_tuning_results(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ValueError, match="is not JSON"):
+    with pytest.raises(ValueError, match=r"bad.json': expected a pickle .* or JSON .*, got neither \(JSONDecodeError"):
         tuner.load_tuning_results(bad)
     bad.write_text(json.dumps({"results": {}}))
     with pytest.raises(ValueError, match="expected a file written by save_tuning_results"):
         tuner.load_tuning_results(bad)
     bad.write_text(json.dumps({"format": "sketchcore.tuner/1", "best_params": {
-        "0": {"params": {"rank": 63}, "copy_weights": True}}, "results": {}}))
-    with pytest.raises(ValueError, match="is not in this tuner's search space"):
+        "0": {"params": {"rank": 65}, "copy_weights": True}}, "results": {}}))
+    with pytest.raises(ValueError, match=r"layer '0': params \{'rank': 65\}: .*rank: expected at most min\(in, out\) = 64"):
+        tuner.load_tuning_results(bad)
+    bad.write_text(json.dumps({"format": "sketchcore.tuner/1", "best_params": {
+        "2": {"params": {"rank": 4}, "copy_weights": True}}, "results": {}}))
+    with pytest.raises(ValueError, match=r"layer '2' is not selected by this tuner's configs \(they select \['0'\]\)"):
         tuner.load_tuning_results(bad)
     with pytest.raises(RuntimeError, match="call tune\\(\\) or load_tuning_results\\(\\) first"):
         tuner.apply_best_params()

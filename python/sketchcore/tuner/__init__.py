@@ -28,22 +28,16 @@ little below the dense model's. Here a tiny model and an accuracy function that 
 """
 from __future__ import annotations
 
-from typing import Any
-
 from sketchcore.tuner._candidates import LAYER_TYPE_MAPPING
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
+from sketchcore.tuner._optuna import OptunaSearch  # Optuna itself is imported when one is made
 from sketchcore.tuner._params import Categorical, Float, Int, ParamSpec
+from sketchcore.tuner._resolvers import LayerNameResolver, ParamsResolver
 from sketchcore.tuner._search import GridSearch, RandomSearch, SearchAlgorithm
 from sketchcore.tuner._spectral import SpectralSearch
 from sketchcore.tuner._tuner import SKAutoTuner
+from sketchcore.tuner._visualizer import ModelVisualizer
 
-__all__ = ["LAYER_TYPE_MAPPING", "Categorical", "Float", "GridSearch", "Int", "LayerConfig", "OptunaSearch",
-           "ParamSpec", "RandomSearch", "SKAutoTuner", "SearchAlgorithm", "SpectralSearch", "TuningConfigs"]
-
-
-def __getattr__(name: str) -> Any:
-    """``OptunaSearch`` is imported on first use (Optuna is optional and slow to import)."""
-    if name == "OptunaSearch":
-        from sketchcore.tuner._optuna import OptunaSearch
-        return OptunaSearch
-    raise AttributeError(f"module 'sketchcore.tuner' has no attribute {name!r}")
+__all__ = ["LAYER_TYPE_MAPPING", "Categorical", "Float", "GridSearch", "Int", "LayerConfig", "LayerNameResolver",
+           "ModelVisualizer", "OptunaSearch", "ParamSpec", "ParamsResolver", "RandomSearch", "SKAutoTuner",
+           "SearchAlgorithm", "SpectralSearch", "TuningConfigs"]

@@ -12,26 +12,68 @@ import torch
 from torch import nn
 
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
-from sketchcore.tuner._params import choices
+from sketchcore.tuner._params import Int, choices
 
-#: Panther's LAYER_TYPE_MAPPING: the sketched class and its parameters, per dense type.
+#: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
+#: ``"class_path"``) and its parameters; ``nn.Linear`` also names the class ``params="auto"``
+#: builds (``"auto"``: LowRankLinear, with ``"auto_params"``).
 LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
-    nn.Linear: {"class": SKLinear, "params": ["num_terms", "low_rank"], "auto": LowRankLinear, "auto_params": ["rank"]},
-    nn.Conv2d: {"class": SKConv2d, "params": ["num_terms", "low_rank"]},
-    nn.MultiheadAttention: {"class": RandMultiHeadAttention, "params": ["num_random_features", "kernel_fn"]},
+    nn.Linear: {"class": SKLinear, "class_path": "sketchcore.torch.SKLinear", "params": ["num_terms", "low_rank"],
+                "auto": LowRankLinear, "auto_params": ["rank"]},
+    nn.Conv2d: {"class": SKConv2d, "class_path": "sketchcore.torch.SKConv2d", "params": ["num_terms", "low_rank"]},
+    nn.MultiheadAttention: {"class": RandMultiHeadAttention, "class_path": "sketchcore.torch.RandMultiHeadAttention",
+                            "params": ["num_random_features", "kernel_fn"]},
 }
+
+
+def get_sketched_class(layer_type: type) -> type:
+    """The sketched class that replaces ``layer_type`` (Panther's function of the same name).
+
+    Parameters
+    ----------
+    layer_type : type
+        A dense layer class: ``nn.Linear``, ``nn.Conv2d`` or ``nn.MultiheadAttention``.
+
+    Returns
+    -------
+    type
+        ``SKLinear``, ``SKConv2d`` or ``RandMultiHeadAttention``.
+
+    Raises
+    ------
+    ValueError
+        ``"get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d',
+        'MultiheadAttention'], got ..."``.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from sketchcore.tuner.SkAutoTuner.layer_type_mapping import get_sketched_class
+    >>> get_sketched_class(nn.Conv2d).__name__
+    'SKConv2d'
+    >>> get_sketched_class(nn.ReLU)
+    Traceback (most recent call last):
+        ...
+    ValueError: get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d', 'MultiheadAttention'], got ReLU
+    """
+    if layer_type not in LAYER_TYPE_MAPPING:
+        raise ValueError(f"get_sketched_class: layer_type: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
+                         f"got {getattr(layer_type, '__name__', repr(layer_type))}")
+    sketched: type = LAYER_TYPE_MAPPING[layer_type]["class"]
+    return sketched
 
 
 @dataclass
 class Candidate:
     """One setting of one layer: its parameters, the numbers it stores (parameters + buffers),
     its relative weight error ‖W − W_r‖_F/‖W‖_F at the SVD initialisation (None where no spectrum
-    applies), and how to build it."""
+    applies), how to build it, and the name of the class it builds."""
 
     params: dict[str, Any]
     size: int
     error: Optional[float]
     build: Callable[[], nn.Module]
+    kind: str = ""
 
 
 def stored(module: nn.Module) -> int:
@@ -85,8 +127,9 @@ def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -
 
 def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
                gram: Optional[torch.Tensor] = None) -> list[Candidate]:
-    """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first; for the
-    size-reducing types only those that store fewer numbers than the dense layer. ``gram``: the
+    """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first. "auto"
+    keeps only the settings that store fewer numbers than the dense layer; an explicit dict is
+    searched as given (Panther builds a setting larger than the dense layer too). ``gram``: the
     Gram matrix of the layer's inputs (patches for a Conv2d), for output-error curves."""
     entry = _supported(layer, name)
     dense = stored(layer)
@@ -114,11 +157,27 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
     found = []
     for setting in settings:
         rank, size = _rank_and_size(setting, M.shape, bias, name)
-        if size >= dense:
+        if size >= dense and params == "auto":
             continue
         error = spectrum.error(rank) if spectrum is not None else None
-        found.append(Candidate(setting, size, error, _builder(layer, setting, copy_weights)))
+        kind = "SKConv2d" if isinstance(layer, nn.Conv2d) else "LowRankLinear" if "rank" in setting else "SKLinear"
+        found.append(Candidate(setting, size, error, _builder(layer, setting, copy_weights), kind))
     return sorted(found, key=lambda c: (c.size, c.error if c.error is not None else 0.0))
+
+
+def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
+    """What ``params="auto"`` searches for ``layer``, as an explicit search space (for
+    ``getConfigs()``): every LowRankLinear rank of an ``nn.Linear`` that stores fewer numbers than
+    the layer, every such SKConv2d ``low_rank`` of one term, a few Performer feature counts. None
+    when no setting stores fewer numbers."""
+    found = candidates(layer, name, "auto", copy_weights=False)
+    if not found:
+        return None
+    if isinstance(layer, nn.Linear):
+        return {"rank": Int(1, max(c.params["rank"] for c in found))}
+    if isinstance(layer, nn.Conv2d):
+        return {"num_terms": [1], "low_rank": Int(1, max(c.params["low_rank"] for c in found))}
+    return {"num_random_features": [c.params["num_random_features"] for c in found], "kernel_fn": ["softmax"]}
 
 
 def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:
@@ -196,5 +255,5 @@ def _attention(layer: nn.MultiheadAttention, name: str, params: Any, copy_weight
                 return fresh
             return performer
         size = stored(layer) + setting["num_random_features"] * head_dim
-        found.append(Candidate(setting, size, None, build))
+        found.append(Candidate(setting, size, None, build, "RandMultiHeadAttention"))
     return sorted(found, key=lambda c: c.params["num_random_features"])

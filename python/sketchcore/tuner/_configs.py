@@ -67,6 +67,10 @@ class LayerConfig:
     ValueError: LayerConfig: params: expected at least one parameter, got an empty dict
     """
 
+    #: True for a config the tuner resolved from ``params="auto"``: its ``params`` show the
+    #: explicit space, and it is still searched (and replaced without tuning) as "auto".
+    _auto = False
+
     def __init__(self, layer_names: LayerSelector, params: ParamsArg = "auto", separate: bool = True,
                  copy_weights: bool = True) -> None:
         if not isinstance(layer_names, (str, Sequence, Mapping)) or isinstance(layer_names, bytes):
@@ -89,6 +93,17 @@ class LayerConfig:
         self.params: Any = params if isinstance(params, str) else dict(params)
         self.separate = separate
         self.copy_weights = copy_weights
+
+    @classmethod
+    def _resolved(cls, names: list[str], params: ParamsArg, separate: bool, copy_weights: bool,
+                  auto: bool) -> LayerConfig:
+        """A config over resolved layer names; with ``auto`` its ``params`` are the explicit space
+        that "auto" stands for (not re-validated: an "auto" rank range may exceed what an explicit
+        ``Int`` may expand to, and is never expanded)."""
+        config = cls(names, "auto" if auto else params, separate, copy_weights)
+        if auto:
+            config.params, config._auto = dict(params), True  # type: ignore[arg-type]
+        return config
 
     def __repr__(self) -> str:
         return (f"LayerConfig(layer_names={self.layer_names!r}, params={self.params!r}, separate={self.separate}, "

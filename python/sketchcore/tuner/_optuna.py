@@ -1,21 +1,34 @@
 """``OptunaSearch``: Panther's default black-box search (TPE through Optuna, an optional
-dependency: ``pip install optuna``)."""
+dependency: ``pip install optuna``), with Panther's extras: the ``study``, its trials as a
+DataFrame, user attributes, pruning hooks, and saving/loading the search's state."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import copy
+import os
+from typing import Any, Mapping, Optional, Union
 
-from sketchcore.tuner._params import Categorical, Float, Int, choices
+from sketchcore.tuner._params import Float, Int, choices
 from sketchcore.tuner._search import SearchAlgorithm, _check_trials
 
 
 class OptunaSearch(SearchAlgorithm):
-    """``n_trials`` trials of an Optuna study (TPE sampler, seeded by ``seed``, unless
-    ``sampler`` is given). Raises ImportError with the install command when Optuna is absent.
+    """``n_trials`` trials of an Optuna study per :meth:`initialize` (TPE sampler, seeded by
+    ``seed``, unless ``sampler`` is given). Raises ImportError with the install command when
+    Optuna is absent.
+
+    The tuner initializes the search once per layer (or ``separate=False`` group): each time a
+    new study is made, named ``study_name`` the first time and ``study_name_1``, ``study_name_2``,
+    ... after, so a persistent ``storage`` holds one study per layer (Panther reused one name,
+    which a storage refuses) and ``load_if_exists`` resumes each. ``study`` is the latest,
+    ``studies`` all of them; each study after the first gets a fresh copy of the sampler as it
+    was given (a sampler learns one study). An infeasible trial (score −∞) is told as that value, as in
+    Panther. With Optuna's ``GridSampler`` the search finishes once every grid point was tried,
+    as ``study.optimize`` would stop.
 
     Parameters
     ----------
     n_trials : int, default 100
-        Number of trials, ≥ 1.
+        Trials per :meth:`initialize`, ≥ 1.
     sampler : optuna.samplers.BaseSampler, optional
         Optuna sampler; default ``TPESampler(seed=seed)``.
     direction : {"maximize", "minimize"}, default "maximize"
@@ -23,9 +36,16 @@ class OptunaSearch(SearchAlgorithm):
     study_name, storage : str, optional
         Optuna study name (default ``"skautotuner_study"``) and storage URL (default in memory).
     load_if_exists : bool, default False
-        Resume a stored study of the same name.
+        Resume stored studies of the same names.
     seed : int, optional
         Seed of the default TPE sampler.
+
+    Attributes
+    ----------
+    n_trials, sampler, direction, study_name, storage, load_if_exists, seed
+        As given (``sampler`` the one made when none was given).
+    studies : list of optuna.Study
+        Every study made, in order.
 
     Raises
     ------
@@ -44,6 +64,8 @@ class OptunaSearch(SearchAlgorithm):
     ...     search.update(params, -params["rank"])
     >>> len(search.history), search.is_finished(), 1 <= search.get_best_params()["rank"] <= 8
     (3, True, True)
+    >>> len(search.study.trials), search.get_trials_dataframe().shape[0]
+    (3, 3)
     """
 
     def __init__(self, n_trials: int = 100, sampler: Any = None, direction: str = "maximize",
@@ -58,46 +80,209 @@ class OptunaSearch(SearchAlgorithm):
         self._optuna = optuna
         self.n_trials = _check_trials(n_trials, "OptunaSearch")
         self.sampler = sampler if sampler is not None else optuna.samplers.TPESampler(seed=seed)
+        try:  # samplers cache what they learn of one study (TPE refuses a second): later studies get fresh copies
+            self._pristine: Any = copy.deepcopy(self.sampler)
+        except Exception:  # noqa: BLE001 - a sampler that cannot be copied is shared, as in Panther
+            self._pristine = None
         self.direction, self.study_name, self.storage = direction, study_name or "skautotuner_study", storage
         self.load_if_exists, self.seed = load_if_exists, seed
-
-    def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Creates the Optuna study over ``param_space``; see the class example."""
-        super().initialize(param_space)
-        self._optuna.logging.set_verbosity(self._optuna.logging.WARNING)
-        self._study = self._optuna.create_study(sampler=self.sampler, direction=self.direction,
-                                                study_name=self.study_name, storage=self.storage,
-                                                load_if_exists=self.load_if_exists)
+        self.studies: list[Any] = []
+        self._study: Any = None
         self._trial: Any = None
         self._count = 0
+        self._exhausted = False
+
+    @property
+    def study(self) -> Any:
+        """The Optuna study of the latest :meth:`initialize` (None before), for Optuna's own
+        analysis and plots (``optuna.visualization``).
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import OptunaSearch
+        >>> search = OptunaSearch(n_trials=1, study_name="demo")
+        >>> search.study is None
+        True
+        >>> search.initialize({"rank": [4]}); search.study.study_name
+        'demo'
+        """
+        return self._study
+
+    def initialize(self, param_space: Mapping[str, Any]) -> None:
+        """Makes a new Optuna study over ``param_space`` (named as in the class description);
+        see the class example."""
+        super().initialize(param_space)
+        self._optuna.logging.set_verbosity(self._optuna.logging.WARNING)
+        name = self.study_name if not self.studies else f"{self.study_name}_{len(self.studies)}"
+        sampler = self.sampler if not self.studies or self._pristine is None else copy.deepcopy(self._pristine)
+        self._study = self._optuna.create_study(sampler=sampler, direction=self.direction, study_name=name,
+                                                storage=self.storage, load_if_exists=self.load_if_exists)
+        self.studies.append(self._study)
+        self._trial, self._count, self._exhausted = None, 0, False
 
     def _suggest(self, trial: Any, name: str, spec: Any) -> Any:
         if isinstance(spec, Int):
             return trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log)
         if isinstance(spec, Float):
             return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
-        values = choices(spec if not isinstance(spec, Categorical) else spec, name)
-        return trial.suggest_categorical(name, values)
+        return trial.suggest_categorical(name, choices(spec, name))
+
+    def _ready(self, method: str) -> None:
+        if self._study is None:
+            raise RuntimeError(f"OptunaSearch.{method}: the search is not initialized; call initialize(param_space) "
+                               "first")
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """Asks the study for the next trial's parameters, or None after ``n_trials``; see the
-        class example."""
-        if self._count >= self.n_trials:
+        """Asks the study for the next trial's parameters, or None once finished; see the class
+        example.
+
+        Raises
+        ------
+        RuntimeError
+            Before :meth:`initialize`.
+        """
+        self._ready("get_next_params")
+        if self.is_finished():
             return None
         self._count += 1
         self._trial = self._study.ask()
         return {name: self._suggest(self._trial, name, spec) for name, spec in self.param_space.items()}
 
     def update(self, params: Mapping[str, Any], score: float) -> None:
-        """Records the score and tells the study (an infinite score is told as a failed trial);
-        see the class example."""
+        """Records the score and tells the study; see the class example.
+
+        Raises
+        ------
+        RuntimeError
+            Before :meth:`initialize`, or without a pending trial (call :meth:`get_next_params`
+            first).
+        """
+        self._ready("update")
+        if self._trial is None:
+            raise RuntimeError("OptunaSearch.update: no pending trial; call get_next_params() first")
         super().update(params, score)
-        if self._trial is not None:  # TPE cannot learn from -inf: infeasible trials are told as failed
-            finite = score not in (float("inf"), float("-inf"))
-            state = self._optuna.trial.TrialState.COMPLETE if finite else self._optuna.trial.TrialState.FAIL
-            self._study.tell(self._trial, float(score) if finite else None, state=state)
-            self._trial = None
+        trial, self._trial = self._trial, None
+        try:
+            self._study.tell(trial, float(score))
+        except RuntimeError as error:  # GridSampler stops the study when its grid is done (the trial is stored)
+            if "stop" not in str(error):
+                raise
+            self._exhausted = True
 
     def is_finished(self) -> bool:
-        """Whether ``n_trials`` trials were asked; see the class example."""
-        return self._count >= self.n_trials
+        """Whether ``n_trials`` trials were asked, or a ``GridSampler`` tried its whole grid; see
+        the class example."""
+        return self._count >= self.n_trials or self._exhausted
+
+    def reset(self) -> None:
+        """Starts over with a fresh study on the same space (Panther's ``reset``).
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import OptunaSearch
+        >>> search = OptunaSearch(n_trials=1, seed=0)
+        >>> search.initialize({"rank": [4]})
+        >>> search.update(search.get_next_params(), 1.0)
+        >>> search.reset()
+        >>> search.is_finished(), len(search.study.trials), len(search.studies)
+        (False, 0, 2)
+        """
+        self.initialize(getattr(self, "param_space", {}))
+
+    def get_trials_dataframe(self) -> Any:
+        """The current study's trials as a pandas DataFrame (``study.trials_dataframe()``), or
+        None before :meth:`initialize`; see the class example."""
+        return None if self._study is None else self._study.trials_dataframe()
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        """Sets a user attribute on the pending trial (none: nothing happens).
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import OptunaSearch
+        >>> search = OptunaSearch(n_trials=1, seed=0)
+        >>> search.initialize({"rank": [4]})
+        >>> params = search.get_next_params(); search.set_user_attr("note", "first")
+        >>> search.update(params, 1.0); search.study.trials[0].user_attrs
+        {'note': 'first'}
+        """
+        if self._trial is not None:
+            self._trial.set_user_attr(key, value)
+
+    def report_intermediate(self, value: float, step: int) -> None:
+        """Reports an intermediate value of the pending trial, for Optuna's pruners (none
+        pending: nothing happens).
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import OptunaSearch
+        >>> search = OptunaSearch(n_trials=1, seed=0)
+        >>> search.initialize({"rank": [4]})
+        >>> params = search.get_next_params(); search.report_intermediate(0.5, step=1)
+        >>> search.should_prune()
+        False
+        """
+        if self._trial is not None:
+            self._trial.report(value, step)
+
+    def should_prune(self) -> bool:
+        """Whether the study's pruner would stop the pending trial (False when none is pending);
+        see :meth:`report_intermediate`."""
+        return bool(self._trial.should_prune()) if self._trial is not None else False
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "n_trials": self.n_trials, "direction": self.direction,
+                "study_name": self.study_name, "storage": self.storage, "seed": self.seed,
+                "load_if_exists": self.load_if_exists, "count": self._count, "studies": len(self.studies),
+                "current": None if self._study is None else self._study.study_name}
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        super()._restore(state)
+        self.n_trials, self.direction, self.study_name = state["n_trials"], state["direction"], state["study_name"]
+        self.storage, self.seed, self.load_if_exists = state["storage"], state["seed"], state["load_if_exists"]
+        self._count, self._trial, self._exhausted = state["count"], None, False
+        name = state["current"] or self.study_name
+        sampler = copy.deepcopy(self._pristine) if self._pristine is not None else self.sampler
+        if self.storage:
+            self._study = self._optuna.load_study(study_name=name, storage=self.storage, sampler=sampler)
+        else:  # an in-memory study's trials are not in the file (as in Panther): a fresh study goes on
+            self._study = self._optuna.create_study(sampler=sampler, direction=self.direction, study_name=name)
+        self.studies = [self._study]
+
+    def save_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
+        """Writes the search's state (space, counts, best result, study name and storage); with a
+        ``storage`` the study itself is in it, and :meth:`load_state` reloads it from there;
+        without one its trials are not saved (as in Panther) and a fresh study goes on.
+
+        Parameters
+        ----------
+        filepath : str or os.PathLike
+            Where to write.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from sketchcore.tuner import OptunaSearch
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     storage = "sqlite:///" + os.path.join(directory, "study.db")
+        ...     search = OptunaSearch(n_trials=3, seed=0, study_name="s", storage=storage)
+        ...     search.initialize({"rank": [4, 8]})
+        ...     search.update(search.get_next_params(), 1.0)
+        ...     search.save_state(os.path.join(directory, "search.pkl"))
+        ...     resumed = OptunaSearch(seed=0)
+        ...     resumed.load_state(os.path.join(directory, "search.pkl"))
+        ...     (resumed.n_trials, len(resumed.study.trials), resumed.get_best_score(), resumed.is_finished())
+        (3, 1, 1.0, False)
+        """
+        super().save_state(filepath)
+
+    def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
+        """Restores what :meth:`save_state` wrote; see there.
+
+        Raises
+        ------
+        ValueError
+            ``"OptunaSearch.load_state: '...': expected a state saved by OptunaSearch.save_state,
+            got ..."``.
+        """
+        super().load_state(filepath)

@@ -188,3 +188,72 @@ def choices(spec: object, name: str) -> Optional[list[Any]]:
             raise ValueError(f"params: {name}: expected at least one value, got an empty list")
         return list(spec)
     raise TypeError(f"params: {name}: expected a list, Categorical, Int or Float, got {type(spec).__name__}")
+
+
+def get_param_choices(spec: object) -> Optional[list[Any]]:
+    """The finite choices of a parameter specification, or None where there is no finite list
+    (a continuous Float, a range of more than 4096 values, or something that is not a
+    specification). Panther's function; Panther stops expanding at 100 values.
+
+    Parameters
+    ----------
+    spec : list, Categorical, Int or Float
+        The specification.
+
+    Returns
+    -------
+    list or None
+        The values, in order.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Float, Int
+    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import get_param_choices
+    >>> get_param_choices(Int(8, 32, step=8)), get_param_choices(Float(0.0, 1.0)), get_param_choices("x")
+    ([8, 16, 24, 32], None, None)
+    """
+    if not is_param_spec(spec):
+        return None
+    try:
+        return choices(spec, "spec")
+    except ValueError:  # a range too large to expand
+        return None
+
+
+def is_param_spec(value: object) -> bool:
+    """Whether ``value`` is a parameter specification: a list, :class:`Categorical`,
+    :class:`Int` or :class:`Float` (Panther's function).
+
+    Examples
+    --------
+    >>> from sketchcore.tuner import Int
+    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import is_param_spec
+    >>> is_param_spec(Int(1, 4)), is_param_spec([1, 2]), is_param_spec((1, 2))
+    (True, True, False)
+    """
+    return isinstance(value, (Categorical, Int, Float, list))
+
+
+def to_categorical(value: object) -> Categorical:
+    """A list (or a :class:`Categorical`) as a :class:`Categorical` (Panther's function).
+
+    Raises
+    ------
+    TypeError
+        ``"to_categorical: value: expected a list or a Categorical, got ..."``.
+
+    Examples
+    --------
+    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import to_categorical
+    >>> to_categorical([1, 2])
+    Categorical([1, 2])
+    >>> to_categorical(3)
+    Traceback (most recent call last):
+        ...
+    TypeError: to_categorical: value: expected a list or a Categorical, got int
+    """
+    if isinstance(value, Categorical):
+        return value
+    if isinstance(value, list):
+        return Categorical(value)
+    raise TypeError(f"to_categorical: value: expected a list or a Categorical, got {type(value).__name__}")

@@ -3,10 +3,14 @@ two plain searches over it: every trial is one full evaluation of the model."""
 from __future__ import annotations
 
 import itertools
+import os
+import pickle
 import random
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from sketchcore.tuner._params import Float, Int, choices
+
+_STATE_FORMAT = "sketchcore.tuner.search/1"
 
 
 class SearchAlgorithm:
@@ -158,6 +162,76 @@ class SearchAlgorithm:
         """
         return False
 
+    def _state(self) -> dict[str, Any]:
+        """What :meth:`save_state` stores; subclasses with more state extend it (and ``_restore``)."""
+        return {"param_space": getattr(self, "param_space", {}), "history": getattr(self, "history", []),
+                "best_params": getattr(self, "best_params", None), "best_score": getattr(self, "best_score", None)}
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        self.param_space, self.history = dict(state["param_space"]), list(state["history"])
+        self.best_params, self.best_score = state["best_params"], state["best_score"]
+
+    def save_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
+        """Writes the search's state (space, history, best result and where the search stands) to
+        ``filepath`` as a pickle, for :meth:`load_state` (Panther's method).
+
+        Parameters
+        ----------
+        filepath : str or os.PathLike
+            Where to write.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from sketchcore.tuner import GridSearch
+        >>> search = GridSearch()
+        >>> search.initialize({"rank": [4, 8, 16]})
+        >>> search.update(search.get_next_params(), 0.5)
+        >>> resumed = GridSearch()
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = os.path.join(directory, "search.pkl")
+        ...     search.save_state(path)
+        ...     resumed.load_state(path)
+        >>> resumed.get_next_params(), resumed.get_best_score()
+        ({'rank': 8}, 0.5)
+        """
+        with open(filepath, "wb") as f:
+            pickle.dump({"format": _STATE_FORMAT, "class": type(self).__name__, "state": self._state()}, f)
+
+    def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
+        """Restores what :meth:`save_state` wrote (a search of the same class), so the search goes
+        on where it stood. The file is read with the tuner's restricted unpickler.
+
+        Parameters
+        ----------
+        filepath : str or os.PathLike
+            A file written by ``save_state`` of this class.
+
+        Raises
+        ------
+        FileNotFoundError
+            When the file does not exist.
+        ValueError
+            ``"<Class>.load_state: '...': expected a state saved by <Class>.save_state, got ..."``.
+
+        Examples
+        --------
+        See :meth:`save_state`.
+        """
+        from sketchcore.tuner._safe_pickle import safe_load
+
+        name = type(self).__name__
+        with open(filepath, "rb") as f:
+            try:
+                data = safe_load(f)
+            except Exception as error:  # noqa: BLE001 - a corrupt or foreign file
+                data = f"an unreadable file ({type(error).__name__}: {error})"
+        if not isinstance(data, dict) or data.get("format") != _STATE_FORMAT or data.get("class") != name:
+            got = f"a state of {data.get('class')}" if isinstance(data, dict) and "class" in data else str(data)[:120]
+            raise ValueError(f"{name}.load_state: {os.fspath(filepath)!r}: expected a state saved by {name}.save_state, "
+                             f"got {got}")
+        self._restore(data["state"])
+
 
 def _check_trials(n_trials: object, where: str) -> int:
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
@@ -199,6 +273,16 @@ class RandomSearch(SearchAlgorithm):
         super().initialize(param_space)
         self._random = random.Random(self.seed)
         self._drawn = 0
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "n_trials": self.n_trials, "seed": self.seed, "drawn": self._drawn,
+                "random": self._random.getstate()}
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        super()._restore(state)
+        self.n_trials, self.seed, self._drawn = state["n_trials"], state["seed"], state["drawn"]
+        self._random = random.Random()
+        self._random.setstate(state["random"])
 
     def _draw(self, name: str, spec: Any) -> Any:
         if isinstance(spec, Float) and spec.step is None:
@@ -287,8 +371,8 @@ class GridSearch(SearchAlgorithm):
             if values is None:
                 raise ValueError(f"GridSearch: {name}: a continuous Float has no grid; expected a list or a step")
             lists[name] = values
-        self._grid = iter([dict(zip(lists, combo)) for combo in itertools.product(*lists.values())])
-        self._finished = False
+        self._grid = [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+        self._position = 0
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
         """The next combination, or None once every combination was proposed.
@@ -301,9 +385,11 @@ class GridSearch(SearchAlgorithm):
         >>> search.get_next_params(), search.get_next_params()
         ({'rank': 4}, None)
         """
-        params = next(self._grid, None)
-        self._finished = params is None
-        return params
+        if self._position >= len(self._grid):
+            self._position = len(self._grid) + 1  # asked past the end: finished
+            return None
+        self._position += 1
+        return dict(self._grid[self._position - 1])
 
     def is_finished(self) -> bool:
         """Whether :meth:`get_next_params` has returned None.
@@ -317,4 +403,11 @@ class GridSearch(SearchAlgorithm):
         >>> before, search.is_finished()
         (False, True)
         """
-        return self._finished
+        return self._position > len(self._grid)
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "grid": self._grid, "position": self._position}
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        super()._restore(state)
+        self._grid, self._position = list(state["grid"]), state["position"]

@@ -42,12 +42,24 @@ class Option:
 
 @dataclass
 class Unit:
+    """What the search assigns one setting to: one layer, or a group sharing a setting
+    (``separate=False``); ``key`` names its results, ``"_".join(names)`` for a group as in Panther."""
+
     names: list[str]
     dense_size: int
     options: list[Option]  # smallest first
+    dense_kind: str = ""  # the dense layers' class name
 
     def size(self, index: Optional[int]) -> int:
         return self.dense_size if index is None else self.options[index].size
+
+    @property
+    def key(self) -> str:
+        return "_".join(self.names)
+
+    def kind(self, index: Optional[int]) -> str:
+        """The class name of the layers at ``index`` (the dense class for None)."""
+        return self.dense_kind if index is None else self.options[index].members[0].kind
 
 
 class BudgetExhausted(Exception):
@@ -119,6 +131,28 @@ class SpectralSearch:
         self.max_evaluations = max_evaluations
         self.refine = refine
         self.data_aware = data_aware
+
+    @property
+    def study(self) -> None:
+        """There is no Optuna study behind this search: reading ``study`` (as Panther code reads
+        ``tuner.search_algorithm.study``) raises an AttributeError that says what to use.
+
+        Raises
+        ------
+        AttributeError
+            ``"SpectralSearch has no Optuna study: ..."``.
+
+        Examples
+        --------
+        >>> from sketchcore.tuner import SpectralSearch
+        >>> SpectralSearch().study
+        Traceback (most recent call last):
+            ...
+        AttributeError: SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for this one's evaluations
+        """
+        raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for Panther's "
+                             "Optuna search, or read tuner.history and tuner.get_results_dataframe() for this one's "
+                             "evaluations")
 
     def run(self, units: list[Unit], feasible: Callable[[Assignment], bool]) -> Assignment:
         """The assignment found; ``feasible`` evaluates the model (raising BudgetExhausted when

@@ -2,40 +2,48 @@
 evaluations (see ``_spectral``)."""
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import nn
 
+from sketchcore.tuner._black_box import BlackBoxMixin
 from sketchcore.tuner._candidates import stored
-from sketchcore.tuner._gram import capture
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
-from sketchcore.tuner._params import Categorical
-from sketchcore.tuner._results import ResultsMixin, _set
-from sketchcore.tuner._select import resolve
-from sketchcore.tuner._spectral import Assignment, BudgetExhausted, SpectralSearch, Unit
+from sketchcore.tuner._evaluation import EvaluationMixin
+from sketchcore.tuner._gram import capture
+from sketchcore.tuner._resolvers import LayerNameResolver, ParamsResolver
+from sketchcore.tuner._results import ResultsMixin
+from sketchcore.tuner._results_file import ResultsFileMixin
+from sketchcore.tuner._scores import DENSE, Threshold, check_threshold
+from sketchcore.tuner._spectral import Assignment, SpectralSearch, Unit
+from sketchcore.tuner._spectral_driver import SpectralDriverMixin
 from sketchcore.tuner._units import build_units
 
-EvalFunc = Callable[[nn.Module], Any]
+EvalFunc = Callable[..., Any]
 
 
-class SKAutoTuner(ResultsMixin):
+class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxMixin, EvaluationMixin):
     """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API).
 
-    ``accuracy_eval_func(model)`` returns a score, higher is better. With ``accuracy_threshold``
-    the tuner returns the smallest model (fewest stored numbers) whose score is ≥ the threshold
-    — or, with ``optmization_eval_func`` (Panther's spelling; ``optimization_eval_func`` is the
-    same), the feasible model that function scores highest. Without a threshold, the dense
-    model's own score is the threshold. Each evaluation calls ``accuracy_eval_func``
-    ``num_runs_per_param`` times and uses the mean.
+    ``accuracy_eval_func(model)`` returns a score, higher is better: one finite real number (a
+    0-d tensor is fine). Each evaluation calls it ``num_runs_per_param`` times and uses the mean.
+    What is searched for depends on ``accuracy_threshold``:
 
-    ``search_algorithm``: None or a :class:`SpectralSearch` (the default) places per-layer
-    budgets from the layers' singular spectra with a few dozen evaluations; a Panther-style
-    :class:`SearchAlgorithm` (``OptunaSearch``, ``RandomSearch``, ``GridSearch``) runs Panther's
-    black-box loop instead (each layer tuned on its own with the others dense, each trial one
-    evaluation). The model is changed in place only by :meth:`apply_best_params` and
-    :meth:`replace_without_tuning`; ``evaluations`` counts the accuracy calls made.
+    * ``None`` (Panther's default): the most accurate model of the search space; every selected
+      layer is replaced (of equally accurate models, the smallest).
+    * a number: the smallest model (fewest stored numbers: parameters and buffers) whose score is
+      ≥ the threshold — or, with ``optmization_eval_func`` (Panther's spelling;
+      ``optimization_eval_func`` is the same), the one meeting it that this function scores
+      highest (e.g. throughput), as in Panther.
+    * ``"dense"``: the dense model's own score is the threshold (lossless compression).
+
+    ``search_algorithm``: None or a :class:`SpectralSearch` (the default) reads each layer's
+    error-vs-size curve off its singular spectrum and spends a few dozen evaluations; a
+    Panther-style :class:`SearchAlgorithm` (``OptunaSearch``, ``RandomSearch``, ``GridSearch``)
+    runs Panther's black-box loop instead (each layer, or ``separate=False`` group, tuned on its
+    own with the others dense, one evaluation per trial). The model is changed in place only by
+    :meth:`apply_best_params` and :meth:`replace_without_tuning`.
 
     Parameters
     ----------
@@ -50,13 +58,56 @@ class SKAutoTuner(ResultsMixin):
         Default ``SpectralSearch()``.
     verbose : bool, default False
         Print a line per evaluation.
-    accuracy_threshold : float, optional
-        Lowest acceptable score; default the dense model's score.
+    accuracy_threshold : float, "dense" or None, default None
+        See above.
     optmization_eval_func, optimization_eval_func : callable, optional
-        ``model → value`` to maximize among the models meeting the threshold (two spellings of
-        one argument; give at most one).
+        ``model → value`` to maximize among the models meeting a threshold (two spellings of one
+        argument; give at most one). Without a threshold it is not used (Panther's rule), and a
+        warning says so.
     num_runs_per_param : int, default 1
         Calls of ``accuracy_eval_func`` averaged per evaluation, ≥ 1.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The model (changed only by :meth:`apply_best_params`/:meth:`replace_without_tuning`).
+    accuracy_eval_func : callable
+        The accuracy function.
+    search_algorithm : SpectralSearch or SearchAlgorithm
+        The search (after :meth:`tune` with ``OptunaSearch``, ``search_algorithm.study`` is the
+        Optuna study of the last unit tuned).
+    verbose : bool
+        Whether a line is printed per evaluation.
+    accuracy_threshold : float, "dense" or None
+        As given.
+    optmization_eval_func, optimization_eval_func : callable or None
+        The optimization function (one object, both spellings).
+    num_runs_per_param : int
+        Calls averaged per evaluation.
+    layer_map : dict
+        Every named submodule of the model, by name, as it was when the tuner was made.
+    resolver : LayerNameResolver
+        Resolves the configs' selectors (also :meth:`getResolver`).
+    paramsResolver : ParamsResolver
+        Turns ``params`` (``"auto"`` included) into explicit search spaces.
+    configs : TuningConfigs
+        The resolved configs (also :meth:`getConfigs`).
+    results : dict
+        Per layer (or ``"_"``-joined group) name, one row per evaluation: ``params``,
+        ``layer_class``, ``score``, ``accuracy``, ``speed``, ``parameters``, ``evaluation``.
+    best_params : dict
+        Layer name → ``{"params", "copy_weights", "best_layer"}`` (Panther's format).
+    history : list of dict
+        One entry per evaluation: ``evaluation``, ``stage``, ``accuracy``, ``parameters``,
+        ``layers``, ``meets_threshold``.
+    evaluations : int
+        Calls of ``accuracy_eval_func`` made by the last :meth:`tune`.
+    dense_accuracy : float or None
+        The dense model's score, where the search measured it.
+    final_accuracy : float or None
+        The chosen model's score.
+    best_assignment_size : int or None
+        Numbers the chosen model stores.
 
     Raises
     ------
@@ -66,17 +117,17 @@ class SKAutoTuner(ResultsMixin):
         accuracy_eval_func: expected a callable, got ..."``, ``"SKAutoTuner:
         optmization_eval_func: expected a callable, got ..."``, ``"SKAutoTuner: search_algorithm:
         expected a SpectralSearch or a SearchAlgorithm (initialize/get_next_params/update), got
-        ..."``, ``"SKAutoTuner: accuracy_threshold: expected a finite number or None, got ..."``,
-        or, for a selected layer of another type, ``"SKAutoTuner: layer '...': expected one of
-        ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."``.
+        ..."``, ``"SKAutoTuner: accuracy_threshold: expected None, 'dense' or a finite number, got
+        ..."``, or, for a selected layer of another type, ``"SKAutoTuner: layer '...': expected one
+        of ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."``.
     ValueError
         ``"SKAutoTuner: optimization_eval_func: expected it or its Panther spelling
         optmization_eval_func, got both"``, ``"SKAutoTuner: num_runs_per_param: expected an
-        integer ≥ 1, got ..."``, ``"SKAutoTuner: configs: layer '...' is selected by configs[i] and
-        configs[j]; expected each layer in one config"``, ``"SKAutoTuner: configs: expected at
-        least one LayerConfig, got none"``, or a selector that matches no layer or is malformed
-        (``"LayerConfig: layer_names: no layer of the model matches ..."`` and the other
-        ``"LayerConfig: layer_names..."`` messages; a wrongly typed selector value is a TypeError).
+        integer ≥ 1, got ..."``, ``"SKAutoTuner: accuracy_threshold: expected None, 'dense' or a
+        finite number, got 'x'"``, ``"SKAutoTuner: configs: layer '...' is selected by configs[i]
+        and configs[j]; expected each layer in one config"``, ``"SKAutoTuner: configs: expected at
+        least one LayerConfig, got none"``, a selector that matches no layer or is malformed, or
+        ``params`` a layer does not accept.
 
     Examples
     --------
@@ -101,7 +152,7 @@ class SKAutoTuner(ResultsMixin):
 
     def __init__(self, model: nn.Module, configs: Union[TuningConfigs, LayerConfig, Sequence[LayerConfig]],
                  accuracy_eval_func: EvalFunc, search_algorithm: Any = None, verbose: bool = False,
-                 accuracy_threshold: Optional[float] = None, optmization_eval_func: Optional[EvalFunc] = None,
+                 accuracy_threshold: Union[float, str, None] = None, optmization_eval_func: Optional[EvalFunc] = None,
                  num_runs_per_param: int = 1, *, optimization_eval_func: Optional[EvalFunc] = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"SKAutoTuner: model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -127,17 +178,20 @@ class SKAutoTuner(ResultsMixin):
                 hasattr(search_algorithm, m) for m in ("initialize", "get_next_params", "update")):
             raise TypeError(f"SKAutoTuner: search_algorithm: expected a SpectralSearch or a SearchAlgorithm "
                             f"(initialize/get_next_params/update), got {type(search_algorithm).__name__}")
-        if accuracy_threshold is not None and (isinstance(accuracy_threshold, bool) or not isinstance(
-                accuracy_threshold, (int, float)) or not math.isfinite(accuracy_threshold)):
-            raise TypeError(f"SKAutoTuner: accuracy_threshold: expected a finite number or None, got "
-                            f"{accuracy_threshold!r}")
+        threshold: Threshold = check_threshold(accuracy_threshold)
         if isinstance(num_runs_per_param, bool) or not isinstance(num_runs_per_param, int) or num_runs_per_param < 1:
             raise ValueError(f"SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got {num_runs_per_param!r}")
+        if optimize is not None and threshold is None:
+            warnings.warn("SKAutoTuner: optmization_eval_func is used only with an accuracy_threshold (Panther's rule); "
+                          "with accuracy_threshold=None the most accurate setting is chosen and it is never called",
+                          UserWarning, stacklevel=2)
         self.model, self.accuracy_eval_func, self.search_algorithm = model, accuracy_eval_func, search_algorithm
-        self.verbose, self.accuracy_threshold = bool(verbose), accuracy_threshold
+        self.verbose, self.accuracy_threshold = bool(verbose), threshold
         self.optmization_eval_func = self.optimization_eval_func = optimize
         self.num_runs_per_param = num_runs_per_param
         self.layer_map = {name: module for name, module in model.named_modules() if name}
+        self.resolver = LayerNameResolver(model, self.layer_map)
+        self.paramsResolver = ParamsResolver(model, self.layer_map, verbose=self.verbose)  # noqa: N815 - Panther's
         self.configs = self._resolve(configs)
         self.results: dict[str, list[dict[str, Any]]] = {}
         self.best_params: dict[str, dict[str, Any]] = {}
@@ -145,29 +199,37 @@ class SKAutoTuner(ResultsMixin):
         self.evaluations = 0
         self.dense_accuracy: Optional[float] = None
         self.final_accuracy: Optional[float] = None
+        self.best_assignment_size: Optional[int] = None
 
     # -- configuration ---------------------------------------------------------------------
     def _resolve(self, configs: TuningConfigs) -> TuningConfigs:
-        resolved, seen = [], {}
+        resolved: list[LayerConfig] = []
+        seen: dict[str, int] = {}
+        if len(configs) == 0:
+            raise ValueError("SKAutoTuner: configs: expected at least one LayerConfig, got none")
         for index, config in enumerate(configs):
-            names = resolve(self.layer_map, config.layer_names)
+            names = self.resolver.resolve(config.layer_names)
             for name in names:
                 if name in seen:
                     raise ValueError(f"SKAutoTuner: configs: layer {name!r} is selected by configs[{seen[name]}] and "
                                      f"configs[{index}]; expected each layer in one config")
                 seen[name] = index
-            resolved.append(LayerConfig(names, config.params, config.separate, config.copy_weights))
+            given = LayerConfig._resolved(names, config.params, config.separate, config.copy_weights, config._auto)
+            resolved.extend(self.paramsResolver.resolve(given))
         if not resolved:
-            raise ValueError("SKAutoTuner: configs: expected at least one LayerConfig, got none")
+            raise ValueError("SKAutoTuner: configs: no selected layer has a setting that stores fewer numbers than it "
+                             "does (see the warnings); expected at least one layer to tune")
         return TuningConfigs(resolved)
 
     def getConfigs(self) -> TuningConfigs:  # noqa: N802 - Panther's name
-        """The tuner's configs, with every selector resolved to the list of layer names it matched.
+        """The tuner's configs: every selector resolved to a list of layer names and
+        ``params="auto"`` to the explicit space it searches (one config per group of layers of
+        the same type and shape, as Panther's ``ParamsResolver``).
 
         Returns
         -------
         TuningConfigs
-            One LayerConfig per given config, ``layer_names`` a sorted list of names.
+            The resolved configs.
 
         Examples
         --------
@@ -177,8 +239,8 @@ class SKAutoTuner(ResultsMixin):
         >>> _ = torch.manual_seed(0)
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
         >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> tuner.getConfigs()[0].layer_names
-        ['0', '2']
+        >>> [(config.layer_names, config.params) for config in tuner.getConfigs()]
+        [(['0'], {'rank': Int(low=1, high=31, step=1, log=False)}), (['2'], {'rank': Int(low=1, high=7, step=1, log=False)})]
         """
         return self.configs
 
@@ -202,74 +264,44 @@ class SKAutoTuner(ResultsMixin):
         --------
         >>> import torch
         >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner, TuningConfigs
         >>> _ = torch.manual_seed(0)
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
         >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> from sketchcore.tuner import TuningConfigs
         >>> tuner.setConfigs(TuningConfigs([LayerConfig("2", {"rank": [2, 4]})]))
         >>> tuner.getConfigs()[0].layer_names
         ['2']
         """
         self.configs = self._resolve(configs)
 
-    def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[bool]]:
-        units, copies = [], []
+    def getResolver(self) -> LayerNameResolver:  # noqa: N802 - Panther's name
+        """The resolver of the tuner's layer selectors (Panther's ``getResolver``).
+
+        Returns
+        -------
+        LayerNameResolver
+            Its ``resolve(selectors)`` lists the layer names a selector picks.
+
+        Examples
+        --------
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0).getResolver().resolve({"type": "Linear"})
+        ['0', '2']
+        """
+        return self.resolver
+
+    def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[LayerConfig]]:
+        """The search units, and the config each comes from."""
+        units, owners = [], []
         for config in self.configs:
-            for unit in build_units(self.layer_map, config.layer_names, config.params, config.separate,
+            params = "auto" if config._auto else config.params
+            for unit in build_units(self.layer_map, config.layer_names, params, config.separate,
                                     config.copy_weights, grams):
                 units.append(unit)
-                copies.append(config.copy_weights)
-        return units, copies
-
-    # -- evaluation ------------------------------------------------------------------------
-    def _modules(self, unit: Unit, index: int) -> list[nn.Module]:
-        cache = self._built.setdefault(id(unit), {})
-        if index not in cache:
-            made = []
-            for name, candidate in zip(unit.names, unit.options[index].members):
-                module = candidate.build()
-                module.train(self.layer_map[name].training)
-                made.append(module)
-            cache[index] = made
-        return cache[index]
-
-    def _install(self, units: list[Unit], assignment: Assignment) -> None:
-        for unit, index in zip(units, assignment):
-            modules = [self.layer_map[n] for n in unit.names] if index is None else self._modules(unit, index)
-            for name, module in zip(unit.names, modules):
-                _set(self.model, name, module)
-
-    def _size(self, units: list[Unit], assignment: Assignment) -> int:
-        return self._dense_size - sum(u.dense_size for u in units) + sum(
-            u.size(i) for u, i in zip(units, assignment))
-
-    def _call(self) -> float:
-        """The mean of ``num_runs_per_param`` calls of the accuracy function on the model as it is."""
-        scores = [float(self.accuracy_eval_func(self.model)) for _ in range(self.num_runs_per_param)]
-        self.evaluations += self.num_runs_per_param
-        return sum(scores) / len(scores)
-
-    def _accuracy(self, units: list[Unit], assignment: Assignment, stage: str) -> float:
-        """Installs the assignment, evaluates, restores the dense layers."""
-        self._install(units, assignment)
-        try:
-            accuracy = self._call()
-        finally:
-            self._install(units, tuple(None for _ in units))
-        self._log(stage, accuracy, self._size(units, assignment),
-                  {name: (None if i is None else dict(u.options[i].params))
-                   for u, i in zip(units, assignment) for name in u.names})
-        return accuracy
-
-    def _log(self, stage: str, accuracy: float, size: int, layers: dict[str, Any]) -> None:
-        row = {"evaluation": len(self.history), "stage": stage, "accuracy": accuracy, "parameters": size,
-               "layers": layers}
-        row["meets_threshold"] = self.accuracy_threshold is None or accuracy >= self.accuracy_threshold
-        self.history.append(row)
-        if self.verbose:
-            print(f"[SKAutoTuner] {stage} #{row['evaluation']}: accuracy {accuracy:.5g}, "
-                  f"{row['parameters']} numbers stored, {row['layers']}")
+                owners.append(config)
+        return units, owners
 
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
@@ -277,8 +309,9 @@ class SKAutoTuner(ResultsMixin):
         dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format).
 
         The model is left dense (call :meth:`apply_best_params` to install the choice);
-        ``evaluations``, ``history``, ``results``, ``dense_accuracy`` and ``final_accuracy`` are
-        filled in.
+        ``evaluations``, ``history``, ``results``, ``dense_accuracy``, ``final_accuracy`` and
+        ``best_assignment_size`` are filled in. The first score returned is checked against a
+        numeric threshold's scale: a fraction against a percentage warns.
 
         Returns
         -------
@@ -288,8 +321,11 @@ class SKAutoTuner(ResultsMixin):
         Raises
         ------
         ValueError
-            ``"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations
-            ..."`` when one evaluation needs more calls than the search's budget.
+            ``"SKAutoTuner: accuracy_eval_func: expected a finite real number (a 0-d tensor is
+            fine), got ..."`` (likewise ``optmization_eval_func``) for a None, a tuple, a
+            per-sample tensor, NaN or ±inf; ``"SKAutoTuner: num_runs_per_param: expected at most
+            SpectralSearch.max_evaluations ..."`` when one evaluation needs more calls than the
+            search's budget.
 
         Examples
         --------
@@ -302,149 +338,49 @@ class SKAutoTuner(ResultsMixin):
         >>> best = tuner.tune()
         >>> sorted(best), best["2"]["params"], type(model[0]).__name__
         (['0', '2'], {'rank': 1}, 'Linear')
+        >>> SKAutoTuner(model, LayerConfig("0"), lambda m: None).tune()
+        Traceback (most recent call last):
+            ...
+        ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number (a 0-d tensor is fine), got NoneType None
         """
         self._built: dict[int, dict[int, list[nn.Module]]] = {}
         self._evaluation_of: dict[Assignment, int] = {}
         self._dense_size = stored(self.model)
+        self._scale_checked = False
+        self._threshold: Optional[float] = self.accuracy_threshold if isinstance(self.accuracy_threshold, float) else None
         self.history, self.results, self.evaluations = [], {}, 0
+        self.dense_accuracy = self.final_accuracy = None
+        selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}
         if isinstance(self.search_algorithm, SpectralSearch):
             if self.num_runs_per_param > self.search_algorithm.max_evaluations:
                 raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
                                  f"= {self.search_algorithm.max_evaluations}, got {self.num_runs_per_param}")
-            selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}
             with capture(selected if self.search_algorithm.data_aware else {}) as grams:
-                self.dense_accuracy = self._call()  # the dense model, once: the Gram matrices come with it
-            self._log("dense", self.dense_accuracy, self._dense_size, {name: None for name in selected})
-            units, copies = self._units(grams)
+                self._measure_dense(selected)  # the dense model, once: the Gram matrices come with it
+            units, owners = self._units(grams)
             best = self._spectral(units)
         else:
-            units, copies = self._units()
-            best = self._black_box(units)
-        self._install(units, best)
-        if self.verbose:
-            print(f"[SKAutoTuner] chosen: {self._size(units, best)} of {self._dense_size} numbers stored, "
-                  f"{self.evaluations} accuracy evaluations")
+            if self.accuracy_threshold == DENSE:
+                self._measure_dense(selected)
+            units, owners = self._units()
+            best = self._black_box(units, owners)
+        self._finish(units, owners, best)
+        return self.best_params
+
+    def _measure_dense(self, selected: dict[str, nn.Module]) -> None:
+        self.dense_accuracy = self._call()
+        if self.accuracy_threshold == DENSE:
+            self._threshold = self.dense_accuracy
+        self._log("dense", self.dense_accuracy, self._dense_size, {name: None for name in selected})
+
+    def _finish(self, units: list[Unit], owners: list[LayerConfig], best: Assignment) -> None:
         self.best_assignment_size = self._size(units, best)
+        if self.verbose:
+            print(f"[SKAutoTuner] chosen: {self.best_assignment_size} of {self._dense_size} numbers stored, "
+                  f"{self.evaluations} accuracy evaluations")
         self.best_params = {}
-        for unit, index, copy in zip(units, best, copies):
+        for unit, index, config in zip(units, best, owners):
             modules = [None] * len(unit.names) if index is None else self._modules(unit, index)
             for name, module in zip(unit.names, modules):
                 self.best_params[name] = {"params": None if index is None else dict(unit.options[index].params),
-                                          "copy_weights": copy, "best_layer": module}
-        self._install(units, tuple(None for _ in units))
-        return self.best_params
-
-    def _spectral(self, units: list[Unit]) -> Assignment:
-        search = self.search_algorithm
-        cache: dict[Assignment, bool] = {}
-        dense = tuple(None for _ in units)
-        stage = ["dense"]
-
-        def feasible(assignment: Assignment) -> bool:
-            if assignment not in cache:
-                if self.evaluations + self.num_runs_per_param > search.max_evaluations:
-                    raise BudgetExhausted
-                accuracy = self._accuracy(units, assignment, stage[0])
-                cache[assignment] = self.accuracy_threshold is None or accuracy >= self.accuracy_threshold
-                self._record(units, assignment, accuracy, cache[assignment])
-            return cache[assignment]
-
-        threshold_given = self.accuracy_threshold is not None
-        assert self.dense_accuracy is not None
-        if not threshold_given:
-            self.accuracy_threshold = self.dense_accuracy
-        cache[dense] = self.dense_accuracy >= self.accuracy_threshold  # type: ignore[operator]
-        self._record(units, dense, self.dense_accuracy, cache[dense])
-        try:
-            if not cache[dense]:
-                warnings.warn(f"SKAutoTuner: the dense model scores {self.dense_accuracy:.6g}, below "
-                              f"accuracy_threshold = {self.accuracy_threshold}; keeping it dense", stacklevel=3)
-                return dense
-            stage[0] = "search"
-            chosen = search.run(units, feasible)
-        finally:
-            if not threshold_given:
-                self.accuracy_threshold = None
-        # every model the search evaluated is a candidate: the smallest feasible one wins (the
-        # search's own pick is one of them unless accuracy was not monotone along its path)
-        del chosen
-        candidates = [a for a, ok in cache.items() if ok]
-        best = self._pick(units, candidates) if candidates else dense
-        self.final_accuracy = self.history[self._evaluation_of[best]]["accuracy"]
-        return best
-
-    def _pick(self, units: list[Unit], feasible: list[Assignment]) -> Assignment:
-        """The smallest feasible model, or the one ``optmization_eval_func`` scores highest (ties:
-        the smaller one)."""
-        if self.optmization_eval_func is None:
-            return min(feasible, key=lambda a: self._size(units, a))
-        scored = []
-        for assignment in feasible:
-            self._install(units, assignment)
-            try:
-                speed = float(self.optmization_eval_func(self.model))
-            finally:
-                self._install(units, tuple(None for _ in units))
-            for rows in self.results.values():  # the speed column of get_results_dataframe
-                for row in rows:
-                    if row["evaluation"] == self._evaluation_of[assignment]:
-                        row["speed"] = row["score"] = speed
-            scored.append((speed, -self._size(units, assignment), assignment))
-        return max(scored, key=lambda t: (t[0], t[1]))[2]
-
-    def _record(self, units: list[Unit], assignment: Assignment, accuracy: float, ok: bool,
-                only: Optional[int] = None) -> None:
-        """One results row per layer (only unit ``only``'s layers when given: Panther's per-layer loop)."""
-        size = self._size(units, assignment)
-        for u, (unit, index) in enumerate(zip(units, assignment)):
-            if only is not None and u != only:
-                continue
-            params = None if index is None else dict(unit.options[index].params)
-            for name in unit.names:
-                self.results.setdefault(name, []).append(
-                    {"params": params, "score": -float(size) if ok else float("-inf"), "accuracy": accuracy,
-                     "speed": None, "parameters": size, "evaluation": self.history[-1]["evaluation"]})
-        self._evaluation_of[assignment] = self.history[-1]["evaluation"]
-
-    def _black_box(self, units: list[Unit]) -> Assignment:
-        """Panther's loop: each unit on its own (the others dense), one evaluation per trial;
-        score = optmization_eval_func when the threshold is met, else −∞ (Panther's rule); with a
-        threshold and no optimization function, minus the model size; without a threshold, the
-        accuracy."""
-        best: list[Optional[int]] = [None] * len(units)
-        dense = [None] * len(units)
-        for u, unit in enumerate(units):
-            keys = sorted({k for o in unit.options for k in o.params})
-            space = {k: Categorical(sorted({o.params[k] for o in unit.options if k in o.params}, key=repr)) for k in keys}
-            self.search_algorithm.initialize(space)
-            best_score = float("-inf")
-            while (params := self.search_algorithm.get_next_params()) is not None:
-                index = next((i for i, o in enumerate(unit.options) if o.params == params), None)
-                if index is None:  # a combination storing more than the dense layer
-                    self.search_algorithm.update(params, float("-inf"))
-                    continue
-                trial = list(dense)
-                trial[u] = index
-                accuracy = self._accuracy(units, tuple(trial), "black-box")
-                ok = self.accuracy_threshold is None or accuracy >= self.accuracy_threshold
-                score = self._black_box_score(units, tuple(trial), accuracy, ok)
-                self._record(units, tuple(trial), accuracy, ok, only=u)
-                self.search_algorithm.update(params, score)
-                if score > best_score:
-                    best_score, best[u] = score, index
-        if any(i is not None for i in best):
-            self.final_accuracy = self._accuracy(units, tuple(best), "final")
-        return tuple(best)
-
-    def _black_box_score(self, units: list[Unit], trial: Assignment, accuracy: float, ok: bool) -> float:
-        if self.accuracy_threshold is None:
-            return accuracy
-        if not ok:
-            return float("-inf")
-        if self.optmization_eval_func is None:
-            return -float(self._size(units, trial))
-        self._install(units, trial)
-        try:
-            return float(self.optmization_eval_func(self.model))
-        finally:
-            self._install(units, tuple(None for _ in units))
+                                          "copy_weights": config.copy_weights, "best_layer": module}

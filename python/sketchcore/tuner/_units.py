@@ -20,11 +20,12 @@ def build_units(layers: dict[str, nn.Module], names: list[str], params: Any, sep
     grams = grams or {}
     per_layer = {name: candidates(layers[name], name, params, copy_weights, grams.get(name)) for name in names}
     for name, found in per_layer.items():
-        if not found:
+        if not found:  # only "auto" drops settings, and the tuner leaves such layers out of its configs
             raise ValueError(f"SKAutoTuner: layer {name!r}: no setting of params={params!r} stores fewer numbers "
                              f"than the dense layer ({stored(layers[name])}); expected smaller num_terms/low_rank/rank")
     if separate:
-        return [Unit([name], stored(layers[name]), [Option(c.params, c.size, c.error, [c]) for c in found])
+        return [Unit([name], stored(layers[name]), [Option(c.params, c.size, c.error, [c]) for c in found],
+                     type(layers[name]).__name__)
                 for name, found in per_layer.items()]
     shared = set.intersection(*(set(_key(c.params) for c in found) for found in per_layer.values()))
     if not shared:
@@ -37,4 +38,4 @@ def build_units(layers: dict[str, nn.Module], names: list[str], params: Any, sep
         error = None if any(e is None for e in errors) else max(e for e in errors if e is not None)
         options.append(Option(dict(key), sum(c.size for c in members), error, members))
     options.sort(key=lambda o: (o.size, o.error if o.error is not None else 0.0))
-    return [Unit(list(names), sum(stored(layers[name]) for name in names), options)]
+    return [Unit(list(names), sum(stored(layers[name]) for name in names), options, type(layers[names[0]]).__name__)]

@@ -1,0 +1,82 @@
+"""Panther's black-box loop, for a :class:`SearchAlgorithm` (``OptunaSearch``, ``RandomSearch``,
+``GridSearch`` or the user's own): each unit (a layer, or a ``separate=False`` group) is searched
+on its own with the others dense, one evaluation per trial, over the config's own search space
+as the user wrote it (so a sampler built for that space, e.g. Optuna's ``GridSampler``, proposes
+values the space holds)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from sketchcore.tuner._configs import LayerConfig
+from sketchcore.tuner._params import Categorical
+from sketchcore.tuner._spectral import Assignment, Unit
+
+if TYPE_CHECKING:
+    from sketchcore.tuner._tuner import SKAutoTuner
+
+
+def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
+    """The space the search walks for ``unit``: the config's params as written; for "auto", the
+    unit's own settings (its ranks), which "auto" spaces too large to expand still list exactly."""
+    if not config._auto:
+        return dict(config.params)
+    keys = list(dict.fromkeys(k for o in unit.options for k in o.params))
+    return {k: Categorical(list(dict.fromkeys(o.params[k] for o in unit.options))) for k in keys}
+
+
+def _index(unit: Unit, params: Mapping[str, Any]) -> Optional[int]:
+    """The option of ``unit`` with these parameters (numbers compared with a tolerance: a
+    stepped Float from Optuna may differ from our grid in the last bit)."""
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, float) or isinstance(b, float):
+            return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
+        return bool(a == b)
+    for i, option in enumerate(unit.options):
+        if option.params.keys() == params.keys() and all(same(option.params[k], params[k]) for k in params):
+            return i
+    return None
+
+
+class BlackBoxMixin:
+    """Runs a Panther-style search for :class:`SKAutoTuner` (no public members)."""
+
+    def _black_box(self: SKAutoTuner, units: list[Unit], configs: list[LayerConfig]) -> Assignment:
+        """Per unit: ``initialize(space)``, then ``get_next_params``/``update(params, score)`` until
+        None. A trial's score: its accuracy without a threshold (Panther's); with one, −∞ below it,
+        else ``optmization_eval_func`` (Panther's) or, without that function, minus the model's
+        stored size (the smallest model meeting the threshold). The best score of each unit wins
+        (the first of equals); a unit whose every trial misses the threshold stays dense."""
+        search = self.search_algorithm
+        best: list[Optional[int]] = [None] * len(units)
+        dense = list(self._dense(units))
+        for u, (unit, config) in enumerate(zip(units, configs)):
+            if self.verbose:
+                print(f"[SKAutoTuner] tuning {unit.key}")
+            search.initialize(_space(config, unit))
+            best_score = float("-inf")
+            while (params := search.get_next_params()) is not None:
+                resource = search.get_resource() if hasattr(search, "get_resource") else None
+                index = _index(unit, params)
+                if index is None:
+                    raise ValueError(f"SKAutoTuner: search_algorithm proposed {params} for {unit.key!r}, which is not "
+                                     f"a setting of its search space {_space(config, unit)}")
+                trial = list(dense)
+                trial[u] = index
+                accuracy = self._accuracy(units, tuple(trial), "black-box", resource)
+                speed = None
+                if self._threshold is None:
+                    score = accuracy
+                elif not self._meets(accuracy):
+                    score = float("-inf")
+                elif self.optmization_eval_func is not None:
+                    score = speed = self._speed(units, tuple(trial))
+                else:
+                    score = -float(self._size(units, tuple(trial)))
+                self._record(units, tuple(trial), accuracy, score, speed, only=u)
+                search.update(params, score)
+                if score > best_score:
+                    best_score, best[u] = score, index
+        if any(i is not None for i in best):
+            self.final_accuracy = self._accuracy(units, tuple(best), "final")
+        return tuple(best)

@@ -1,0 +1,208 @@
+"""Panther's two resolvers: ``LayerNameResolver`` (selectors → layer names) and
+``ParamsResolver`` (a config's ``params`` → explicit search spaces, ``"auto"`` included), as the
+tuner uses them (``tuner.resolver``/``tuner.getResolver()``, ``tuner.paramsResolver``)."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Optional
+
+from torch import nn
+
+from sketchcore.tuner._candidates import auto_space, candidates, stored
+from sketchcore.tuner._configs import LayerConfig, TuningConfigs
+from sketchcore.tuner._select import resolve
+
+
+def _layers(model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]]) -> dict[str, nn.Module]:
+    return dict(layer_map) if layer_map is not None else {name: m for name, m in model.named_modules() if name}
+
+
+class LayerNameResolver:
+    """Resolves Panther's layer selectors against a model's named modules.
+
+    A selector is a layer name or regular expression, a list of them, or a dict of ``pattern``,
+    ``type``, ``contains`` and then ``indices`` or ``range`` (see :class:`LayerConfig`).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model whose layers are selected.
+    layer_map : mapping of str to torch.nn.Module, optional
+        Name → module; default every named submodule of ``model``.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The model.
+    layer_map : dict
+        Name → module, in model order.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from sketchcore.tuner import LayerNameResolver
+    >>> model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    >>> LayerNameResolver(model).resolve({"type": "Linear", "indices": [1]})
+    ['2']
+    """
+
+    def __init__(self, model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]] = None) -> None:
+        self.model = model
+        self.layer_map = _layers(model, layer_map)
+
+    def resolve(self, selectors: Any) -> list[str]:
+        """The names of the layers ``selectors`` picks: in model order for names, regular
+        expressions and lists; sorted by name, then indexed, for a dict (Panther's order).
+
+        Parameters
+        ----------
+        selectors : str, list of str or dict
+            What to select.
+
+        Returns
+        -------
+        list of str
+            The matched layer names, each once.
+
+        Raises
+        ------
+        ValueError
+            ``"LayerConfig: layer_names: no layer of the model matches ..."``, or a malformed
+            selector (bad regular expression, ``indices`` and ``range`` together, out-of-range
+            indices, unknown keys).
+        TypeError
+            A selector value of the wrong type (``"LayerConfig: layer_names['indices']: expected
+            an int or a list of ints, got ..."``).
+
+        Examples
+        --------
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerNameResolver
+        >>> model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> LayerNameResolver(model).resolve(["2", "0"])
+        ['0', '2']
+        >>> LayerNameResolver(model).resolve("fc")
+        Traceback (most recent call last):
+            ...
+        ValueError: LayerConfig: layer_names: no layer of the model matches 'fc' (layers: ['0', '1', '2'])
+        """
+        return resolve(self.layer_map, selectors)
+
+
+class ParamsResolver:
+    """Turns a config's ``params`` into explicit search spaces, as Panther's ``ParamsResolver``.
+
+    ``"auto"`` becomes one config per group of layers of the same type and shape, whose
+    ``params`` are what "auto" searches for them (``{"rank": Int(1, R)}`` for an ``nn.Linear``:
+    every LowRankLinear rank that stores fewer numbers; one-term SKConv2d ranks for an
+    ``nn.Conv2d``; Performer feature counts for attention). A layer without such a setting is
+    left out with a warning (it stays dense). An explicit dict is checked against each layer
+    (unknown keys, invalid values) and kept; a warning says when every setting stores more numbers
+    than a Linear/Conv2d layer (Panther builds them; they cannot make the layer smaller).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    layer_map : mapping of str to torch.nn.Module, optional
+        Name → module; default every named submodule of ``model``.
+    verbose : bool, default False
+        Print what "auto" resolved to.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The model.
+    layer_map : dict
+        Name → module.
+    verbose : bool
+        Whether :meth:`resolve` prints.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from sketchcore.tuner import LayerConfig, ParamsResolver
+    >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.Linear(64, 8))
+    >>> configs = ParamsResolver(model).resolve(LayerConfig(["0", "2", "3"], "auto"))
+    >>> [(c.layer_names, c.params) for c in configs]
+    [(['0', '2'], {'rank': Int(low=1, high=31, step=1, log=False)}), (['3'], {'rank': Int(low=1, high=7, step=1, log=False)})]
+    """
+
+    def __init__(self, model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]] = None,
+                 verbose: bool = False) -> None:
+        self.model = model
+        self.layer_map = _layers(model, layer_map)
+        self.verbose = bool(verbose)
+
+    def resolve(self, config: LayerConfig) -> TuningConfigs:
+        """The config with explicit ``params`` (several configs for ``"auto"``; none when no
+        selected layer has a setting that saves numbers).
+
+        Parameters
+        ----------
+        config : LayerConfig
+            A config; its ``layer_names`` may be a selector or already a list of names.
+
+        Returns
+        -------
+        TuningConfigs
+            The resolved configs, ``layer_names`` lists of names.
+
+        Raises
+        ------
+        TypeError
+            ``"SKAutoTuner: layer '...': expected one of ['Linear', 'Conv2d',
+            'MultiheadAttention'], got ..."`` for a selected layer of another type.
+        ValueError
+            A selector that matches nothing, or ``params`` a layer does not accept (``"SKAutoTuner:
+            layer '...' (Linear): params: expected keys among [...]"``, ``"...: rank: expected at
+            most min(in, out) = ..."``, ...).
+
+        Examples
+        --------
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, ParamsResolver
+        >>> model = nn.Sequential(nn.Linear(64, 64))
+        >>> ParamsResolver(model).resolve(LayerConfig("0", {"rank": [4, 8]}))[0].params
+        {'rank': [4, 8]}
+        """
+        names = config.layer_names
+        if not (isinstance(names, list) and all(isinstance(n, str) and n in self.layer_map for n in names)):
+            names = resolve(self.layer_map, names)
+        if config._auto:
+            return TuningConfigs([LayerConfig._resolved(names, config.params, config.separate, config.copy_weights,
+                                                        auto=True)])
+        if config.params != "auto":
+            for name in names:
+                self._check_explicit(name, config.params)
+            return TuningConfigs([LayerConfig._resolved(names, config.params, config.separate, config.copy_weights,
+                                                        auto=False)])
+        groups: dict[Any, list[str]] = {}
+        spaces: dict[Any, dict[str, Any]] = {}
+        for name in names:
+            layer = self.layer_map[name]
+            key = (type(layer), tuple(layer.weight.shape) if hasattr(layer, "weight") and not isinstance(
+                layer, nn.MultiheadAttention) else (getattr(layer, "embed_dim", None), getattr(layer, "num_heads", None)))
+            if key not in spaces:
+                space = auto_space(layer, name)
+                if space is None:
+                    warnings.warn(f"SKAutoTuner: layer {name!r}: params='auto' has no setting that stores fewer numbers "
+                                  f"than the dense layer ({stored(layer)}); it stays dense", UserWarning, stacklevel=4)
+                    continue
+                spaces[key] = space
+            groups.setdefault(key, []).append(name)
+        resolved = [LayerConfig._resolved(group, spaces[key], config.separate, config.copy_weights, auto=True)
+                    for key, group in groups.items()]
+        if self.verbose:
+            for c in resolved:
+                print(f"[SKAutoTuner] params='auto' for {c.layer_names}: {c.params}")
+        return TuningConfigs(resolved)
+
+    def _check_explicit(self, name: str, params: Mapping[str, Any]) -> None:
+        layer = self.layer_map[name]
+        found = candidates(layer, name, params, copy_weights=False)  # validates keys and values
+        dense = stored(layer)
+        if isinstance(layer, (nn.Linear, nn.Conv2d)) and found and min(c.size for c in found) >= dense:
+            warnings.warn(f"SKAutoTuner: layer {name!r}: every setting of params={dict(params)!r} stores at least as "
+                          f"many numbers as the dense layer ({dense}); they are searched as given (as Panther does) "
+                          "but cannot make the layer smaller", UserWarning, stacklevel=5)
