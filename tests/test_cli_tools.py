@@ -4,6 +4,7 @@ memory and convert (including files that are not torch models)."""
 import csv
 import json
 import math
+import select
 import signal
 import subprocess
 import sys
@@ -105,13 +106,22 @@ def test_landscape_bad_arguments(args):
 
 
 def test_ctrl_c_stops_without_a_traceback():
-    process = subprocess.Popen([sys.executable, "-m", "sketchcore", "landscape", "--in", "2048", "--batch", "2048",
-                                "--terms", "1", "2", "4", "8", "--ranks", "64", "128", "--repeats", "20"],
+    """SIGINT once the command says it is working (its first progress line on stderr), not after a
+    fixed sleep: on a loaded machine the signal could land while Python was still importing."""
+    process = subprocess.Popen([sys.executable, "-m", "sketchcore", "landscape", "--in", "1024", "--batch", "1024",
+                                "--terms", "1", "2", "4", "8", "--ranks", "64", "128", "--repeats", "10"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    started, deadline = [], time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if select.select([process.stderr], [], [], 1.0)[0]:
+            line = process.stderr.readline()
+            started.append(line)
+            if line.startswith("landscape ["):
+                break
+    assert started and started[-1].startswith("landscape ["), f"no progress line before SIGINT: {started}"
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("layer, learnable, buffers, z_columns", [
