@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
-import gc
 import json
 import math
 import os
 import platform
-import re
 import statistics
 import sys
 import sysconfig
@@ -43,6 +40,9 @@ import time
 import warnings
 import zlib
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_speed_parts import ResidentPeak  # noqa: E402
 
 METHODS = ("svd", "data-aware svd", "sklinear svd", "sklinear data-aware", "panther init")
 FEWER = (0.2, 0.4, 0.6)  # fraction of the linear layers' parameters removed
@@ -73,27 +73,6 @@ def corpus(limit_train: int, limit_val: int) -> tuple[bytes, bytes, dict[str, in
         split.extend(path.read_bytes()[: limit - len(split)])
         counts["validation_files" if split is val else "train_files"] += 1
     return bytes(train), bytes(val), counts
-
-
-def _rss_kib(field: str) -> int:
-    match = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
-    return int(match.group(1)) if match else 0
-
-
-class PeakMemory:
-    """Resident-set growth (MiB) between ``start()`` and ``peak()``, Linux only (else NaN)."""
-
-    def start(self) -> None:
-        gc.collect()
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
-            self.base = _rss_kib("VmRSS")
-        except OSError:
-            self.base = -1
-
-    def peak(self) -> float:
-        return (_rss_kib("VmHWM") - self.base) / 1024 if self.base >= 0 else float("nan")
 
 
 def main() -> None:
@@ -160,7 +139,7 @@ def main() -> None:
         model.train()
         return math.exp(statistics.fmean(losses))
 
-    def train(model: torch.nn.Module, steps: int, lr: float, seed: int, memory: PeakMemory | None = None
+    def train(model: torch.nn.Module, steps: int, lr: float, seed: int, memory: ResidentPeak | None = None
               ) -> list[float]:
         """AdamW with linear warm-up (10%) and cosine decay; returns each step's seconds (the
         same work as the timed steps of the end)."""
@@ -197,7 +176,7 @@ def main() -> None:
                         if isinstance(m, torch.nn.Linear) and n.startswith("model.layers."))
 
     def finetuned(model: torch.nn.Module) -> dict[str, float]:
-        memory = PeakMemory()
+        memory = ResidentPeak()
         train(model, args.finetune_steps, 1e-3, seed=2, memory=memory)
         peak = memory.peak()
         return {"ppl_after": perplexity(model), "peak_mib": peak}

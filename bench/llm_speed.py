@@ -1,0 +1,322 @@
+"""End-to-end LLM speed: a LLaMA-shaped decoder, dense against compressed to 1/4 of its decoder's
+linear parameters — prefill, training step, greedy decode, peak memory, and where the time goes.
+
+The model is ``transformers``' ``LlamaForCausalLM`` built from a configuration (random weights, no
+download). Compressed twins come from ``sketch_model(model, exclude=["lm_head"], param_ratio=0.25)``
+as ``LowRankLinear`` and as ``SKLinear`` (one term): what a new user would do. Measured, per model:
+
+- prefill: the forward over the prompt that ``generate`` runs (KV cache, last-token logits), eager
+  and ``torch.compile``d;
+- train: forward with labels, backward and an AdamW step;
+- decode: greedy tokens/s with a static KV cache at each decode batch size, eager and — on a GPU —
+  with CUDA graphs (``torch.compile(mode="reduce-overhead")`` of the decode step, as gpt-fast does);
+- peak memory of each phase (GPU: torch's allocator and sketchcore's pool; CPU: resident-set
+  growth plus the model's parameters);
+- a split of the prefill forward, a decode step and a training step between the sketched layers,
+  the remaining dense ``nn.Linear`` layers (``lm_head``) and everything else, timed by module hooks
+  (which also count that the sketched layers ran).
+
+Times alternate the models in rounds, so a slow minute falls on every model; a ratio is dense time /
+model time per round; the table gives the median and [min, max] over rounds.
+
+    python bench/llm_speed.py                       # GPU preset on a GPU (bf16, hidden 2048, 8 layers), else CPU
+    python bench/llm_speed.py --preset cpu          # float32, hidden 1024, 4 layers, sketchcore's threads
+    python bench/llm_speed.py --preset quick        # seconds: what CI runs (tests/test_llm_speed_script.py)
+    python bench/llm_speed.py --preset gpu --dry-run  # the GPU plan at toy sizes on any device: no figures
+    python bench/llm_speed.py --out bench/results/llm-speed-DATE  # also writes DATE.json and DATE.md
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import inspect
+import json
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import sketchcore
+from sketchcore.torch import LowRankLinear, SKLinear, sketch_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_speed_parts import PeakMemory, ModuleSplit, static_cache  # noqa: E402
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "gpu": dict(device="cuda", dtype="bfloat16", hidden=2048, intermediate=5632, layers=8, vocab=32000,
+                prefill=(8, 512), train=(8, 512), prompt=128, new_tokens=128, decode_batches=(1, 8), rounds=5,
+                compile=True, graphs=True),
+    "cpu": dict(device="cpu", dtype="float32", hidden=1024, intermediate=2816, layers=4, vocab=32000,
+                prefill=(1, 512), train=(1, 256), prompt=64, new_tokens=32, decode_batches=(1, 8), rounds=5,
+                compile=True, graphs=False),
+    "quick": dict(device="cpu", dtype="float32", hidden=128, intermediate=352, layers=2, vocab=512,
+                  prefill=(2, 64), train=(2, 32), prompt=16, new_tokens=6, decode_batches=(1, 2), rounds=2,
+                  compile=False, graphs=False),
+}
+DRY_RUN = dict(hidden=64, intermediate=176, layers=1, vocab=256, prefill=(2, 32), train=(2, 16), prompt=8,
+               new_tokens=4, decode_batches=(1, 2), rounds=1)
+MODELS = ("dense", "lowrank", "sklinear")
+
+
+def build_models(p: dict[str, Any], device: torch.device, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(hidden_size=p["hidden"], intermediate_size=p["intermediate"], num_hidden_layers=p["layers"],
+                         vocab_size=p["vocab"], num_attention_heads=max(1, p["hidden"] // 64),
+                         num_key_value_heads=max(1, p["hidden"] // 64), max_position_embeddings=4096,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    dense = LlamaForCausalLM(config).to(dtype=torch.float32).eval()
+    models = {"dense": dense}
+    reports = {}
+    for name, layer, terms in (("lowrank", "lowrank", None), ("sklinear", "sklinear", 1)):
+        twin = copy.deepcopy(dense)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reports[name] = sketch_model(twin, terms, exclude=["lm_head"], param_ratio=0.25, layer=layer)
+        models[name] = twin
+    for name, model in models.items():
+        models[name] = model.to(device=device, dtype=dtype)
+    build_models.reports = reports  # type: ignore[attr-defined]
+    return models
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
+    """Median seconds of `calls` calls after one warm-up call."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def alternate(makers: dict[str, Callable[[], Callable[[], Any]]], device: torch.device, rounds: int,
+              calls: int) -> dict[str, list[float]]:
+    """Seconds per call of each model's function, in rounds that rotate the order of the models."""
+    fns = {name: make() for name, make in makers.items()}
+    names = list(fns)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            seconds[name].append(timed(fns[name], device, calls))
+    return seconds
+
+
+def forward_kwargs(model: torch.nn.Module) -> dict[str, Any]:
+    params = inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {"num_logits_to_keep": 1}
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """transformers 5.24 renamed ``past_key_values`` to ``cache``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def prefill_fn(model: torch.nn.Module, ids: torch.Tensor, compiled: bool) -> Callable[[], Any]:
+    kwargs = forward_kwargs(model)
+    forward = torch.compile(model) if compiled else model
+
+    def run() -> Any:
+        with torch.no_grad():
+            return forward(ids, use_cache=True, **kwargs).logits
+    return run
+
+
+def train_fn(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], Any]:
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+
+    def run() -> Any:
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+    return run
+
+
+def decode_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, graphs: bool) -> Callable[[], Any]:
+    """Greedy decoding of `new_tokens` tokens after the prompt, one token per forward, with a static
+    KV cache; `graphs`: the decode step compiled with mode="reduce-overhead" (CUDA graphs on a GPU)."""
+    batch, length = prompt.shape
+    cache = static_cache(model, batch, length + new_tokens + 1, prompt.device)
+    keyword = cache_keyword(model)
+
+    def step(token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        logits = model(token, **{keyword: cache}, cache_position=position, use_cache=True).logits
+        return logits[:, -1].argmax(-1, keepdim=True)
+    decode_step = torch.compile(step, mode="reduce-overhead", fullgraph=True) if graphs else step
+
+    def run() -> torch.Tensor:
+        cache.reset()
+        with torch.no_grad():
+            token = step(prompt, torch.arange(length, device=prompt.device))
+            tokens = [token]
+            for i in range(new_tokens):
+                if graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                token = decode_step(token.clone(), torch.tensor([length + i], device=prompt.device))
+                tokens.append(token)
+        return torch.cat(tokens, 1)
+    return run
+
+
+def ratios_of(seconds: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, times in seconds.items():
+        per_round = [d / t for d, t in zip(seconds["dense"], times)]
+        out[name] = {"seconds_median": statistics.median(times), "ratio_median": statistics.median(per_round),
+                     "ratio_min": min(per_round), "ratio_max": max(per_round)}
+    return out
+
+
+def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    device, dtype = torch.device(p["device"]), getattr(torch, p["dtype"])
+    models = build_models(p, device, dtype)
+    gen = torch.Generator().manual_seed(1)
+    ids = lambda b, s: torch.randint(0, p["vocab"], (b, s), generator=gen).to(device)  # noqa: E731
+    results: dict[str, Any] = {"phases": {}, "memory": {}, "split": {}, "conversion": {}}
+    for name, report in build_models.reports.items():  # type: ignore[attr-defined]
+        results["conversion"][name] = {"ranks": sorted({row.rank for row in report.values()}),
+                                       "linear_params_before": sum(r.params_before for r in report.values()),
+                                       "linear_params_after": sum(r.params_after for r in report.values())}
+    calls = 1 if dry_run else 3
+    phases: dict[str, dict[str, Callable[[], Callable[[], Any]]]] = {}
+    prompt_ids = ids(*p["prefill"])
+    phases["prefill eager"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, False)) for n, m in models.items()}
+    if p["compile"]:
+        phases["prefill compiled"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, True)) for n, m in models.items()}
+    for batch in p["decode_batches"]:
+        prompt = ids(batch, p["prompt"])
+        phases[f"decode b{batch} eager"] = {n: (lambda m=m, q=prompt: decode_fn(m, q, p["new_tokens"], False))
+                                            for n, m in models.items()}
+        if p["graphs"]:
+            phases[f"decode b{batch} graphs"] = {n: (lambda m=m, q=prompt: decode_fn(m, q, p["new_tokens"], True))
+                                                 for n, m in models.items()}
+    for name, makers in phases.items():
+        seconds = alternate(makers, device, p["rounds"], calls)
+        results["phases"][name] = ratios_of(seconds)
+        if name.startswith("decode"):
+            tokens = int(name.split()[1][1:]) * p["new_tokens"]
+            for model_name, row in results["phases"][name].items():
+                row["tokens_per_s"] = tokens / row["seconds_median"]
+    train_ids = ids(*p["train"])
+    for model in models.values():
+        model.train()
+    results["phases"]["train step"] = ratios_of(alternate(
+        {n: (lambda m=m: train_fn(m, train_ids)) for n, m in models.items()}, device, p["rounds"], calls))
+    for model in models.values():
+        model.eval()
+
+    memory = PeakMemory(device)
+    for name, model in models.items():
+        row = {}
+        for phase, make in (("prefill", lambda: prefill_fn(model, prompt_ids, False)),
+                            ("decode", lambda: decode_fn(model, ids(max(p["decode_batches"]), p["prompt"]),
+                                                         p["new_tokens"], False)),
+                            ("train", lambda: (model.train(), train_fn(model, train_ids))[1])):
+            fn = make()
+            memory.start(model)
+            fn()
+            row[phase + "_mib"] = memory.peak()
+            model.eval()
+        results["memory"][name] = row
+
+    for name, model in models.items():
+        split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear))
+        prompt = ids(1, p["prompt"])
+        steps = 4  # a decode step's split: (prefill + 4 steps) − (prefill alone), over 4
+        with_steps, alone = (split.measure(decode_fn(model, prompt, n, False)) for n in (steps, 0))
+        results["split"][name] = {
+            "prefill": split.measure(prefill_fn(model, prompt_ids, False)),
+            "decode step": {key: (with_steps[key] - alone[key]) / steps for key in with_steps},
+            "train step": split.measure(train_fn(model.train(), train_ids)),
+        }
+        model.eval()
+        split.remove()
+    return results
+
+
+def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
+    lines = [f"# LLM speed, {meta['date']}", "", f"`{meta['command']}` — {meta['device']}; {meta['summary']}", ""]
+    if meta["dry_run"]:
+        lines += ["**Dry run: toy sizes, one round; these are not measurements.**", ""]
+    lines += ["| phase | dense | LowRankLinear | SKLinear |", "| --- | --- | --- | --- |"]
+    for phase, rows in results["phases"].items():
+        cells = []
+        for name in MODELS:
+            row = rows[name]
+            rate = f", {row['tokens_per_s']:.0f} tok/s" if "tokens_per_s" in row else ""
+            ratio = "" if name == "dense" else (f" — **{row['ratio_median']:.2f}×** "
+                                                f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]")
+            cells.append(f"{row['seconds_median'] * 1e3:.1f} ms{rate}{ratio}")
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    lines += ["", "Peak memory (MiB): " + "; ".join(
+        f"{name}: " + ", ".join(f"{k.removesuffix('_mib')} {v:.0f}" for k, v in row.items())
+        for name, row in results["memory"].items()), "", "Where the time goes (ms: sketched / dense linear / rest; "
+        "sketched calls per call):", ""]
+    for name, phases in results["split"].items():
+        lines.append(f"- {name}: " + "; ".join(
+            f"{phase} {s['sketched_ms']:.1f} / {s['dense_linear_ms']:.1f} / {s['rest_ms']:.1f} "
+            f"({s['sketched_calls']})" for phase, s in phases.items()))
+    lines += ["", "Conversion: " + "; ".join(
+        f"{name}: ranks {c['ranks']}, linear parameters {c['linear_params_before']:,} → {c['linear_params_after']:,}"
+        for name, c in results["conversion"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                        help="gpu on a machine with a CUDA device, else cpu")
+    parser.add_argument("--dry-run", action="store_true", help="the preset's plan at toy sizes (runs every path)")
+    parser.add_argument("--device", help="override the preset's device (cpu, cuda)")
+    parser.add_argument("--rounds", type=int, help="override the preset's rounds")
+    parser.add_argument("--out", help="write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
+    p = dict(PRESETS[preset])
+    if args.dry_run:
+        p.update(DRY_RUN)
+    if args.device:
+        p["device"] = args.device
+    if args.rounds:
+        p["rounds"] = args.rounds
+    if p["device"] == "cuda" and not torch.cuda.is_available():
+        parser.error("--preset gpu needs a CUDA device; add --dry-run --device cpu to run its plan here")
+    if p["graphs"] and p["device"] != "cuda" and not args.dry_run:
+        p["graphs"] = False  # no CUDA graphs on the CPU
+    results = run(p, args.dry_run)
+    device_name = torch.cuda.get_device_name() if p["device"] == "cuda" else f"CPU {platform.machine()}, " \
+        f"{sketchcore.get_num_threads()} sketchcore threads, {torch.get_num_threads()} torch threads"
+    meta = {"date": datetime.date.today().isoformat(), "command": " ".join(["python bench/llm_speed.py", *(argv or sys.argv[1:])]),
+            "device": device_name, "dry_run": args.dry_run, "preset": preset, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()},
+            "versions": {"torch": torch.__version__, "sketchcore": sketchcore.__version__,
+                         "transformers": __import__("transformers").__version__},
+            "summary": (f"LlamaForCausalLM hidden {p['hidden']}, intermediate {p['intermediate']}, {p['layers']} layers, "
+                        f"vocab {p['vocab']}, {p['dtype']}; prefill {p['prefill'][0]}×{p['prefill'][1]}, train "
+                        f"{p['train'][0]}×{p['train'][1]}, decode {p['new_tokens']} tokens after {p['prompt']}; "
+                        f"{p['rounds']} rounds")}
+    text = markdown(meta, results)
+    print(text)
+    if args.out:
+        Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        Path(args.out + ".md").write_text(text)
+    return {"meta": meta, "results": results}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Measuring instruments of the LLM benchmarks (bench/llm_speed.py, bench/lm_compression.py): peak
+memory of a phase (resident set on the CPU, torch's allocator and sketchcore's pool on a GPU), a
+static KV cache across transformers versions, and a split of a call's time by module kind."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import sketchcore.memory
+
+
+def rss_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (0 where there is none)."""
+    match = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
+    return int(match.group(1)) if match else 0
+
+
+class ResidentPeak:
+    """Resident-set growth (MiB) between ``start()`` and ``peak()``, Linux only (else NaN)."""
+
+    def start(self) -> None:
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
+            self.base = rss_kib("VmRSS")
+        except OSError:
+            self.base = -1
+
+    def peak(self) -> float:
+        return (rss_kib("VmHWM") - self.base) / 1024 if self.base >= 0 else float("nan")
+
+
+class PeakMemory:
+    """Peak memory (MiB) of a phase, the model's parameters and buffers included. On a GPU: the most torch's
+    allocator held plus the most sketchcore's device pool held (zero when temporaries go through
+    torch); on the CPU: the resident-set growth during the phase plus the parameters' and buffers' bytes."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.resident = ResidentPeak()
+
+    def start(self, model: torch.nn.Module) -> None:
+        held = [*model.parameters(), *model.buffers()]  # an SKLinear's fixed sketches are buffers
+        self.weights = sum(t.numel() * t.element_size() for t in held) / 2**20
+        if self.device.type == "cuda":
+            gc.collect()
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            sketchcore.memory.device_reset_peak(self.device.index or 0)
+        else:
+            self.resident.start()
+
+    def peak(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            pool = sketchcore.memory.device_stats(self.device.index or 0)["peak_bytes"]
+            return (torch.cuda.max_memory_allocated(self.device) + pool) / 2**20
+        return self.resident.peak() + self.weights
+
+
+def static_cache(model: torch.nn.Module, batch: int, length: int, device: torch.device) -> Any:
+    """A transformers StaticCache for `batch` sequences of up to `length` tokens: transformers 5
+    sizes it on first use; 4.x takes the batch, device and dtype up front."""
+    from transformers import StaticCache
+    try:
+        return StaticCache(config=model.config, max_cache_len=length)
+    except TypeError:
+        dtype = next(model.parameters()).dtype
+        return StaticCache(config=model.config, max_batch_size=batch, max_cache_len=length, device=device,
+                           dtype=dtype)
+
+
+class ModuleSplit:
+    """Splits a call's time between the sketched layers (`sketched` types), the remaining dense
+    ``nn.Linear`` layers and everything else, with forward (and, for a training step, full
+    backward) hooks on those leaf modules that time each call — synchronising the GPU at every
+    hook, so the split is run apart from the timed measurements. Also counts the sketched calls:
+    proof that the compressed layers actually ran."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, sketched: tuple[type, ...]) -> None:
+        self.device = device
+        self.handles: list[Any] = []
+        self.totals = {"sketched": 0.0, "dense_linear": 0.0}
+        self.calls = 0
+        self.started: dict[int, float] = {}
+        self.recording = False
+        for module in model.modules():
+            kind = "sketched" if isinstance(module, sketched) else (
+                "dense_linear" if type(module) is torch.nn.Linear else None)
+            if kind is None:
+                continue
+            self.handles.append(module.register_forward_pre_hook(self._begin))
+            self.handles.append(module.register_forward_hook(self._ender(kind, count=kind == "sketched")))
+            self.handles.append(module.register_full_backward_pre_hook(self._begin_backward))
+            self.handles.append(module.register_full_backward_hook(self._ender_backward(kind)))
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _begin(self, module: torch.nn.Module, args: Any) -> None:
+        if self.recording:
+            self.started[id(module)] = self._now()
+
+    def _begin_backward(self, module: torch.nn.Module, grad_output: Any) -> None:
+        self._begin(module, grad_output)
+
+    def _ender(self, kind: str, count: bool) -> Callable[..., None]:
+        def end(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if self.recording and id(module) in self.started:
+                self.totals[kind] += self._now() - self.started.pop(id(module))
+                self.calls += count
+        return end
+
+    def _ender_backward(self, kind: str) -> Callable[..., None]:
+        def end(module: torch.nn.Module, grad_input: Any, grad_output: Any) -> None:
+            if self.recording and id(module) in self.started:
+                self.totals[kind] += self._now() - self.started.pop(id(module))
+        return end
+
+    def measure(self, fn: Callable[[], Any]) -> dict[str, Any]:
+        """Runs `fn` once to warm up, then once recorded: milliseconds in the sketched layers, the
+        dense linear layers and the rest, and the number of sketched calls."""
+        fn()
+        self.totals = {"sketched": 0.0, "dense_linear": 0.0}
+        self.calls = 0
+        self.started.clear()
+        self.recording = True
+        start = self._now()
+        try:
+            fn()
+        finally:
+            total = self._now() - start
+            self.recording = False
+        return {"sketched_ms": self.totals["sketched"] * 1e3, "dense_linear_ms": self.totals["dense_linear"] * 1e3,
+                "rest_ms": (total - sum(self.totals.values())) * 1e3, "sketched_calls": self.calls}
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
