@@ -54,13 +54,22 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
 
     Size (one of them; none with only ``attention``): ``low_rank`` (k per term for SKLinear,
     the rank for LowRankLinear), ``param_ratio`` (learnable parameters of each new layer / the
-    dense layer's), or ``tolerance`` (each layer gets the smallest size whose relative error
-    is at most ``tolerance``; a layer that cannot meet it with fewer parameters stays dense).
+    dense layer's, at most 1), or ``tolerance`` (each layer gets the smallest size whose
+    relative error is at most ``tolerance``; a layer that cannot meet it with fewer parameters
+    stays dense).
+
+    Ranks the hardware likes: a rank chosen by ``param_ratio`` or ``tolerance`` is a multiple of
+    64 from 256 and of 16 from 16 (GPU tensor cores fall back to slow kernels on rows that are
+    not multiples of 16 bytes: 4.4× slower at rank 375 than 376 in bf16 on an H200); below 16 it
+    is exact. ``param_ratio`` rounds down, so the budget is never exceeded; ``tolerance`` rounds
+    up, so it is always met, and a layer whose rounded rank would not save parameters stays
+    dense. A ``low_rank`` you give is used as it is (the core pads what it owns so that any rank
+    runs on the fast kernels). The report gives each layer's rank and real parameter count.
 
     Layer: ``layer="lowrank"`` builds :class:`LowRankLinear` (rank-r ``x S U + b``) — the
     default when ``num_terms`` is not given, so ``sketch_model(model, tolerance=0.1)`` works
     alone: at a given parameter count it has half the FLOPs of an SKLinear and its rank is
-    exactly what the tolerance needs. ``layer="sklinear"`` (the default when ``num_terms`` is
+    what the tolerance needs (rounded up as above). ``layer="sklinear"`` (the default when ``num_terms`` is
     given) builds Panther's layer with ``init`` ("svd": fixed factors from singular subspaces,
     the best rank-2Tk approximation; "panther": Panther's random-sign initialisation).
 
@@ -107,7 +116,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     tolerance : float, optional
         Relative error in [0, 1) each layer may make.
     param_ratio : float, optional
-        Positive ratio of new to dense learnable parameters.
+        Ratio of new to dense learnable parameters, in (0, 1].
     layer : {"sklinear", "lowrank"}, optional
     include, exclude : iterable of str, optional
         fnmatch patterns over qualified module names.
@@ -133,8 +142,17 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         Not exactly one of ``low_rank``, ``tolerance``, ``param_ratio`` (unless only
         ``attention``); an unknown ``layer`` or ``tied``; ``num_terms`` not an integer ≥ 1 for
         ``"sklinear"``; ``attention`` < 1; ``conv2d`` without ``"sklinear"``; ``tolerance``
-        outside [0, 1); ``param_ratio`` ≤ 0; a registered module whose weight or bias has the
-        wrong shape. The new layers' constructors raise on bad ``kwargs``.
+        outside [0, 1); ``param_ratio`` outside (0, 1] (above 1 the model would grow); a
+        registered module whose weight or bias has the wrong shape. The new layers'
+        constructors raise on bad ``kwargs``.
+    TypeError
+        ``model`` is not an ``nn.Module`` (a state_dict, say: build the model, load it, pass it).
+
+    Warns
+    -----
+    UserWarning
+        When no layer was replaced (no pattern matched, or every matched layer was kept dense),
+        with the reasons.
 
     Examples
     --------
