@@ -2,9 +2,9 @@
 library loads it at run time, see src/cuda/cublaslt_api.hpp). Streams: see _framework."""
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import os
+
+from sketchcore import _cublaslt
 
 _allow_tf32 = False
 _tune_gemms = os.environ.get("SKETCHCORE_TUNE_GEMMS", "0") not in ("", "0")
@@ -105,24 +105,34 @@ def get_gemm_tuning() -> bool:
     return _tune_gemms
 
 
+def cuda_major() -> int:
+    """The CUDA major version the native library was built with (0 for a CPU-only build)."""
+    from sketchcore._runtime import build_info
+    return int(build_info()["cuda_runtime_version"]) // 1000
+
+
+def _device_count() -> int:
+    from sketchcore._runtime import cuda_device_count
+    return cuda_device_count()
+
+
 def preload_cublaslt() -> None:
-    """Loads cuBLASLt from the ``nvidia-cublas`` wheel (CUDA 13: ``nvidia/cu13/lib``;
-    CUDA 12's ``nvidia-cublas-cu12``: ``nvidia/cublas/lib``) when one is installed, so that
-    the native library's dlopen finds it. Without the wheel the dynamic loader's search
-    applies (a toolkit on LD_LIBRARY_PATH, or a copy torch or CuPy loaded already)."""
+    """Finds and loads cuBLASLt before the first CUDA call (search order: _cublaslt), so that
+    the native library's dlopen by soname finds that copy; afterwards a flag test.
+
+    Without the CUDA backend or without a device nothing is searched: the core's call raises its
+    own error (which names the device), the more useful one there.
+
+    Raises
+    ------
+    RuntimeError
+        None was found; the message names the pip package to install.
+    """
     global _cublaslt_searched
     if _cublaslt_searched:
         return
-    _cublaslt_searched = True
-    spec = importlib.util.find_spec("nvidia")
-    if spec is None or not spec.submodule_search_locations:
+    major = cuda_major()
+    if not major or _device_count() == 0:
         return
-    for root in spec.submodule_search_locations:
-        for relative in (("cu13", "lib", "libcublasLt.so.13"), ("cublas", "lib", "libcublasLt.so.12")):
-            path = os.path.join(root, *relative)
-            if os.path.exists(path):
-                try:
-                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                    return
-                except OSError:
-                    continue
+    _cublaslt.ensure_loaded(major)
+    _cublaslt_searched = True

@@ -8,11 +8,25 @@ import os
 import platform
 
 import sketchcore
+from sketchcore import _cublaslt, _cuda
 
 _FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
 _ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
                 "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "SKETCHCORE_TUNE_GEMMS", "SKETCHCORE_BF16_GEMM",
                 "SKETCHCORE_CPU_ACTIVATIONS")
+
+
+def cublaslt() -> dict[str, str]:
+    """Which cuBLASLt the CUDA backend uses and how it was found (loading it, as a CUDA call
+    would), or why there is none."""
+    major = _cuda.cuda_major()
+    if not major:
+        return {"error": "not used: this build has no CUDA backend"}
+    try:
+        found = _cublaslt.ensure_loaded(major)
+    except RuntimeError as error:
+        return {"error": str(error)}
+    return {"path": found.path, "found_by": found.found_by}
 
 
 def collect() -> dict[str, object]:
@@ -40,6 +54,7 @@ def collect() -> dict[str, object]:
         "blas": build["blas"],
         "cuda_backend": build["cuda"],
         "cuda_runtime_version": build["cuda_runtime_version"],
+        "cublaslt": cublaslt(),
         "cuda_devices": sketchcore.cuda_device_count(),
         "devices": devices,
         "threads": sketchcore.get_num_threads(),
