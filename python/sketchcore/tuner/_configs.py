@@ -40,6 +40,17 @@ class LayerConfig:
     copy_weights : bool, default True
         Initialize candidates from the trained weights (True) or randomly (False).
 
+    Attributes
+    ----------
+    layer_names : str, list of str or dict
+        The selector as given (a list of names once a tuner resolved it).
+    params : "auto" or dict
+        The search space as given (explicit once a tuner resolved "auto").
+    separate : bool
+        Each layer on its own, or the group with one setting.
+    copy_weights : bool
+        Candidates from the trained weights or random.
+
     Raises
     ------
     TypeError
@@ -143,6 +154,11 @@ class TuningConfigs:
     Parameters
     ----------
     configs : sequence of LayerConfig
+        The configs, in order.
+
+    Attributes
+    ----------
+    configs : list of LayerConfig
         The configs, in order.
 
     Raises

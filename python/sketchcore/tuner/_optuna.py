@@ -42,8 +42,20 @@ class OptunaSearch(SearchAlgorithm):
 
     Attributes
     ----------
-    n_trials, sampler, direction, study_name, storage, load_if_exists, seed
-        As given (``sampler`` the one made when none was given).
+    n_trials : int
+        Trials per :meth:`initialize`.
+    sampler : optuna.samplers.BaseSampler
+        The sampler of the first study (the one given, or the TPE sampler made).
+    direction : str
+        ``"maximize"`` or ``"minimize"``.
+    study_name : str
+        The first study's name.
+    storage : str or None
+        The Optuna storage URL.
+    load_if_exists : bool
+        Whether stored studies are resumed.
+    seed : int or None
+        The default sampler's seed.
     studies : list of optuna.Study
         Every study made, in order.
 

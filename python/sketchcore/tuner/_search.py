@@ -21,6 +21,17 @@ class SearchAlgorithm:
     Subclasses implement :meth:`get_next_params` (and usually :meth:`initialize` and
     :meth:`is_finished`); the base class keeps ``history``, ``best_params`` and ``best_score``.
 
+    Attributes
+    ----------
+    param_space : dict
+        The space of the last :meth:`initialize`.
+    history : list of (dict, float)
+        Every :meth:`update`: the parameters and their score.
+    best_params : dict or None
+        The parameters of the highest score so far.
+    best_score : float or None
+        The highest score so far.
+
     Examples
     --------
     A search that proposes each value of ``rank`` once:
@@ -249,6 +260,13 @@ class RandomSearch(SearchAlgorithm):
         Number of draws, ≥ 1.
     seed : int, optional
         Seed of the draws (Python's ``random.Random``); the same seed gives the same draws.
+
+    Attributes
+    ----------
+    n_trials : int
+        Draws per :meth:`initialize`.
+    seed : int or None
+        The seed.
 
     Raises
     ------

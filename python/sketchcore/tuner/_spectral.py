@@ -84,6 +84,15 @@ class SpectralSearch:
     data_aware : bool, default True
         Error curves of the layers' outputs on captured inputs (True) or of their weights (False).
 
+    Attributes
+    ----------
+    max_evaluations : int
+        The budget of accuracy calls.
+    refine : bool
+        Whether the per-layer refinement runs.
+    data_aware : bool
+        Whether the curves are of output errors.
+
     Raises
     ------
     ValueError

@@ -80,8 +80,10 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         Whether a line is printed per evaluation.
     accuracy_threshold : float, "dense" or None
         As given.
-    optmization_eval_func, optimization_eval_func : callable or None
-        The optimization function (one object, both spellings).
+    optmization_eval_func : callable or None
+        The optimization function (Panther's spelling).
+    optimization_eval_func : callable or None
+        The same object, spelled correctly.
     num_runs_per_param : int
         Calls averaged per evaluation.
     layer_map : dict
