@@ -10,8 +10,14 @@ import pytest
 import sketchcore
 
 
+def _distribution() -> str:
+    """The distribution that installed the package: sketchcore, or a CUDA wheel's sketchcore-cu13."""
+    names = importlib.metadata.packages_distributions().get("sketchcore", [])
+    return names[0] if len(names) == 1 else "sketchcore"
+
+
 def test_version_matches_the_distribution():
-    assert sketchcore.__version__ == importlib.metadata.version("sketchcore")
+    assert sketchcore.__version__ == importlib.metadata.version(_distribution())
 
 
 def test_build_info_describes_the_native_library():
@@ -76,7 +82,7 @@ def test_gemm_tuning_can_be_switched_on_from_the_environment(value, expected):
 
 
 def _package_files():
-    files = importlib.metadata.files("sketchcore") or []
+    files = importlib.metadata.files(_distribution()) or []
     return [str(f) for f in files]
 
 
