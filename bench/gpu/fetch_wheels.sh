@@ -16,4 +16,6 @@ mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$pin"
+# The version provider of a --no-build-isolation build (pyproject.toml: setuptools-scm; pure Python).
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl setuptools-scm vcs-versioning
 ls -la .whl
