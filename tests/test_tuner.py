@@ -206,7 +206,8 @@ def test_load_errors(fresh, tmp_path):
         tuner.load_tuning_results(bad)
     bad.write_text(json.dumps({"format": "sketchcore.tuner/1", "best_params": {
         "0": {"params": {"rank": 65}, "copy_weights": True}}, "results": {}}))
-    with pytest.raises(ValueError, match=r"layer '0': params \{'rank': 65\}: .*rank: expected at most min\(in, out\) = 64"):
+    with pytest.raises(ValueError, match=r"layer '0': params \{'rank': 65\}: .*rank: expected at most "
+                                         r"min\(in, out\) = 64"):
         tuner.load_tuning_results(bad)
     bad.write_text(json.dumps({"format": "sketchcore.tuner/1", "best_params": {
         "2": {"params": {"rank": 4}, "copy_weights": True}}, "results": {}}))

@@ -68,8 +68,9 @@ def test_a_file_that_is_neither_names_the_file_and_the_formats(tuned, tmp_path, 
     path = tmp_path / "best_config.dat"
     path.write_bytes(content)
     with pytest.raises(ValueError, match=f"load_tuning_results: '.*best_config.dat': expected a pickle \\(what "
-                                         f"save_tuning_results writes for .pkl/.pickle names, and what Panther writes\\) "
-                                         f"or JSON \\(what it writes for any other name\\), got neither \\({reason}"):
+                                         f"save_tuning_results writes for .pkl/.pickle names, and what Panther "
+                                         f"writes\\) or JSON \\(what it writes for any other name\\), got neither "
+                                         f"\\({reason}"):
         tuner.load_tuning_results(path)
 
 
@@ -128,7 +129,8 @@ def fake_panther(monkeypatch):
 
     for cls, module, name in ((PantherSKLinear, "panther.nn.linear", "SKLinear"),
                               (PantherLayerConfig, "panther.tuner.SkAutoTuner.Configs.LayerConfig", "LayerConfig"),
-                              (PantherTuningConfigs, "panther.tuner.SkAutoTuner.Configs.TuningConfigs", "TuningConfigs"),
+                              (PantherTuningConfigs, "panther.tuner.SkAutoTuner.Configs.TuningConfigs",
+                               "TuningConfigs"),
                               (PantherInt, "panther.tuner.SkAutoTuner.Configs.ParamSpec", "Int")):
         cls.__module__, cls.__qualname__, cls.__name__ = module, name, name
         setattr(modules[module], name, cls)
@@ -139,7 +141,8 @@ def panther_pickle(fake, layer, params):
     PantherSKLinear, PantherLayerConfig, PantherTuningConfigs, PantherInt = fake
     data = {"results": {"2": [{"params": params, "score": 0.9, "accuracy": 0.9, "speed": None}]},
             "best_params": {"2": {"params": params, "copy_weights": True, "best_layer": PantherSKLinear(layer)}},
-            "config": PantherTuningConfigs([PantherLayerConfig(["2"], {"num_terms": [1, 2], "low_rank": PantherInt(1, 4)})])}
+            "config": PantherTuningConfigs([PantherLayerConfig(["2"], {"num_terms": [1, 2],
+                                                                        "low_rank": PantherInt(1, 4)})])}
     return pickle.dumps(data)
 
 

@@ -242,14 +242,18 @@ def test_a_search_with_a_resource_hook_passes_it_to_the_accuracy_function(model)
             return 7
 
     seen = []
-    tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [2, 4]}), lambda m, resource=None: seen.append(resource) or 1.0,
-                        WithResource())
+    def accuracy(m, resource=None):
+        seen.append(resource)
+        return 1.0
+
+    tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [2, 4]}), accuracy, WithResource())
     tuner.tune()
     assert seen[:2] == [7, 7] and len(seen) == 3  # two trials with the resource, then the final model without
 
 
 def test_max_evaluations_spent_on_the_dense_model_warns(model):
-    tuner = SKAutoTuner(model, TuningConfigs([LayerConfig("0", "auto")]), lambda m: 1.0, SpectralSearch(max_evaluations=1))
+    tuner = SKAutoTuner(model, TuningConfigs([LayerConfig("0", "auto")]), lambda m: 1.0,
+                        SpectralSearch(max_evaluations=1))
     with pytest.warns(UserWarning, match="max_evaluations was spent on the dense model"):
         best = tuner.tune()
     assert best["0"]["params"] == {"rank": 15} and tuner.evaluations == 1

@@ -161,7 +161,8 @@ def test_model_visualizer_shows_the_tree_and_what_was_replaced(capsys):
     tuner.apply_best_params()
     ModelVisualizer.print_module_tree(model, root_name="net")
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("net (Sequential)/") and f"{sum(p.numel() for p in model.parameters()):,} params" in lines[0]
+    total = sum(p.numel() for p in model.parameters())
+    assert lines[0].startswith("net (Sequential)/") and f"{total:,} params" in lines[0]
     assert lines[1].startswith("├─ 0 (SKConv2d)  3→16, kernel 3×3, num_terms=1, low_rank=1 ·")
     assert lines[1].endswith("[sketched]") and "buffers" in lines[1]  # SKConv2d keeps its fixed sketch as a buffer
     assert lines[2] == f"├─ 1 (Sequential)/  {1 * (64 + 64) + 64:,} params"  # LowRankLinear rank 1: S, U, bias

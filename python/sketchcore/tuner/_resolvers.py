@@ -6,11 +6,21 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Optional
 
+import torch
 from torch import nn
 
 from sketchcore.tuner._candidates import auto_space, candidates, stored
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
 from sketchcore.tuner._select import resolve
+
+
+def _shape_key(layer: nn.Module) -> tuple[Any, ...]:
+    """Layers "auto" groups together (Panther's rule): the same type and weight shape (attention:
+    the same width and heads)."""
+    if isinstance(layer, nn.MultiheadAttention):
+        return (type(layer), layer.embed_dim, layer.num_heads)
+    weight = getattr(layer, "weight", None)
+    return (type(layer), tuple(weight.shape) if isinstance(weight, torch.Tensor) else None)
 
 
 def _layers(model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]]) -> dict[str, nn.Module]:
@@ -125,7 +135,8 @@ class ParamsResolver:
     >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.Linear(64, 8))
     >>> configs = ParamsResolver(model).resolve(LayerConfig(["0", "2", "3"], "auto"))
     >>> [(c.layer_names, c.params) for c in configs]
-    [(['0', '2'], {'rank': Int(low=1, high=31, step=1, log=False)}), (['3'], {'rank': Int(low=1, high=7, step=1, log=False)})]
+    [(['0', '2'], {'rank': Int(low=1, high=31, step=1, log=False)}),
+     (['3'], {'rank': Int(low=1, high=7, step=1, log=False)})]
     """
 
     def __init__(self, model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]] = None,
@@ -181,13 +192,13 @@ class ParamsResolver:
         spaces: dict[Any, dict[str, Any]] = {}
         for name in names:
             layer = self.layer_map[name]
-            key = (type(layer), tuple(layer.weight.shape) if hasattr(layer, "weight") and not isinstance(
-                layer, nn.MultiheadAttention) else (getattr(layer, "embed_dim", None), getattr(layer, "num_heads", None)))
+            key = _shape_key(layer)
             if key not in spaces:
                 space = auto_space(layer, name)
                 if space is None:
-                    warnings.warn(f"SKAutoTuner: layer {name!r}: params='auto' has no setting that stores fewer numbers "
-                                  f"than the dense layer ({stored(layer)}); it stays dense", UserWarning, stacklevel=4)
+                    warnings.warn(f"SKAutoTuner: layer {name!r}: params='auto' has no setting that stores fewer "
+                                  f"numbers than the dense layer ({stored(layer)}); it stays dense", UserWarning,
+                                  stacklevel=4)
                     continue
                 spaces[key] = space
             groups.setdefault(key, []).append(name)

@@ -190,7 +190,8 @@ class ResultsMixin:
         >>> _ = tuner.tune()
         >>> table = tuner.get_results_dataframe()
         >>> list(table.columns)
-        ['layer_name', 'num_terms', 'low_rank', 'rank', 'layer_class', 'score', 'accuracy', 'speed', 'parameters', 'evaluation']
+        ['layer_name', 'num_terms', 'low_rank', 'rank', 'layer_class', 'score', 'accuracy', 'speed',
+         'parameters', 'evaluation']
         >>> table["layer_class"].iloc[-1], bool(table["num_terms"].isna().all())
         ('LowRankLinear', True)
         """

@@ -239,8 +239,8 @@ class SearchAlgorithm:
                 data = f"an unreadable file ({type(error).__name__}: {error})"
         if not isinstance(data, dict) or data.get("format") != _STATE_FORMAT or data.get("class") != name:
             got = f"a state of {data.get('class')}" if isinstance(data, dict) and "class" in data else str(data)[:120]
-            raise ValueError(f"{name}.load_state: {os.fspath(filepath)!r}: expected a state saved by {name}.save_state, "
-                             f"got {got}")
+            raise ValueError(f"{name}.load_state: {os.fspath(filepath)!r}: expected a state saved by "
+                             f"{name}.save_state, got {got}")
         self._restore(data["state"])
 
 

@@ -157,11 +157,11 @@ class SpectralSearch:
         >>> SpectralSearch().study
         Traceback (most recent call last):
             ...
-        AttributeError: SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for this one's evaluations
+        AttributeError: SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) ...
         """
-        raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for Panther's "
-                             "Optuna search, or read tuner.history and tuner.get_results_dataframe() for this one's "
-                             "evaluations")
+        raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for "
+                             "Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for "
+                             "this one's evaluations")
 
     def run(self, units: list[Unit], feasible: Callable[[Assignment], bool]) -> Assignment:
         """The assignment found; ``feasible`` evaluates the model (raising BudgetExhausted when

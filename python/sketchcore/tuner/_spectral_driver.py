@@ -44,8 +44,8 @@ class SpectralDriverMixin:
                 if self.evaluations + self.num_runs_per_param > search.max_evaluations:
                     raise BudgetExhausted
                 cache[assignment] = self._accuracy(units, assignment, stage[0])
-                self._record(units, assignment, cache[assignment], self._objective(units, assignment, cache[assignment]),
-                             None)
+                accuracy = cache[assignment]
+                self._record(units, assignment, accuracy, self._objective(units, assignment, accuracy), None)
             return cache[assignment]
 
         if self.accuracy_threshold is None:
@@ -83,7 +83,8 @@ class SpectralDriverMixin:
         positions = [[j for j, o in enumerate(u.options) if o.size < u.options[t].size] for u, t in zip(units, tops)]
 
         def lift(assignment: Assignment) -> Assignment:
-            return tuple(top if index is None else where[index] for top, where, index in zip(tops, positions, assignment))
+            return tuple(top if index is None else where[index]
+                         for top, where, index in zip(tops, positions, assignment))
 
         try:
             target = evaluate(tuple(tops))

@@ -184,9 +184,9 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         if isinstance(num_runs_per_param, bool) or not isinstance(num_runs_per_param, int) or num_runs_per_param < 1:
             raise ValueError(f"SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got {num_runs_per_param!r}")
         if optimize is not None and threshold is None:
-            warnings.warn("SKAutoTuner: optmization_eval_func is used only with an accuracy_threshold (Panther's rule); "
-                          "with accuracy_threshold=None the most accurate setting is chosen and it is never called",
-                          UserWarning, stacklevel=2)
+            warnings.warn("SKAutoTuner: optmization_eval_func is used only with an accuracy_threshold (Panther's "
+                          "rule); with accuracy_threshold=None the most accurate setting is chosen and it is never "
+                          "called", UserWarning, stacklevel=2)
         self.model, self.accuracy_eval_func, self.search_algorithm = model, accuracy_eval_func, search_algorithm
         self.verbose, self.accuracy_threshold = bool(verbose), threshold
         self.optmization_eval_func = self.optimization_eval_func = optimize
@@ -242,7 +242,8 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
         >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
         >>> [(config.layer_names, config.params) for config in tuner.getConfigs()]
-        [(['0'], {'rank': Int(low=1, high=31, step=1, log=False)}), (['2'], {'rank': Int(low=1, high=7, step=1, log=False)})]
+        [(['0'], {'rank': Int(low=1, high=31, step=1, log=False)}),
+         (['2'], {'rank': Int(low=1, high=7, step=1, log=False)})]
         """
         return self.configs
 
@@ -343,13 +344,14 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         >>> SKAutoTuner(model, LayerConfig("0"), lambda m: None).tune()
         Traceback (most recent call last):
             ...
-        ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number (a 0-d tensor is fine), got NoneType None
+        ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number ..., got NoneType None
         """
         self._built: dict[int, dict[int, list[nn.Module]]] = {}
         self._evaluation_of: dict[Assignment, int] = {}
         self._dense_size = stored(self.model)
         self._scale_checked = False
-        self._threshold: Optional[float] = self.accuracy_threshold if isinstance(self.accuracy_threshold, float) else None
+        given = self.accuracy_threshold
+        self._threshold: Optional[float] = given if isinstance(given, float) else None  # "dense": set once measured
         self.history, self.results, self.evaluations = [], {}, 0
         self.dense_accuracy = self.final_accuracy = None
         selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}

@@ -62,7 +62,8 @@ def _nodes(model: nn.Module, root_name: str, max_depth: Optional[int]) -> list[_
                            bool(children), prefix))
         for i, (child_name, child) in enumerate(shown):
             last = i == len(shown) - 1
-            walk(child_name, child, depth + 1, indent + ("└─ " if last else "├─ "), indent + ("   " if last else "│  "))
+            branch, below = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            walk(child_name, child, depth + 1, indent + branch, indent + below)
 
     walk(root_name, model, 0, "", "")
     return nodes

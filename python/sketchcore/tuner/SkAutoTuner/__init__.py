@@ -9,7 +9,8 @@ Every name here is the :mod:`sketchcore.tuner` object itself, documented there.
 >>> SKAutoTuner is sketchcore.tuner.SKAutoTuner and Int is sketchcore.tuner.Int
 True
 """
-from sketchcore.tuner.SkAutoTuner.SKAutoTuner import SKAutoTuner  # the class replaces the module's name here, as in Panther
+# the class takes the submodule's name in this package, as in Panther
+from sketchcore.tuner.SkAutoTuner.SKAutoTuner import SKAutoTuner
 from sketchcore.tuner.SkAutoTuner.Configs import Categorical, Float, Int, LayerConfig, TuningConfigs
 from sketchcore.tuner.SkAutoTuner.Searching import OptunaSearch, SearchAlgorithm
 from sketchcore.tuner.SkAutoTuner.Visualizer import ModelVisualizer
