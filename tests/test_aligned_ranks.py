@@ -161,3 +161,29 @@ def test_the_conversion_cli_picks_aligned_ranks_and_prints_them(tmp_path):
     expected = _ranks.aligned_rank_within(int(0.3 * 512 * 384 // (512 + 384)))  # 65 → 64
     assert ranks == {"0": expected, "2": expected} and expected == 64
     assert f" {expected} " in done.stdout  # the report's rank column
+
+
+def test_the_tuners_auto_spaces_hold_only_aligned_ranks_that_save_numbers():
+    from sketchcore.tuner import LayerConfig, ParamsResolver, SKAutoTuner
+    from sketchcore.tuner._candidates import candidates, stored
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 384), torch.nn.ReLU(), torch.nn.Linear(384, 12),
+                                torch.nn.Conv2d(64, 96, 3))
+    for name in ("0", "2"):
+        layer = model.get_submodule(name)
+        found = candidates(layer, name, "auto", copy_weights=False)
+        ranks = [c.params["rank"] for c in found]
+        limit = (stored(layer) - layer.out_features - 1) // (layer.in_features + layer.out_features)
+        assert sorted(ranks) == [r for r in range(1, min(limit, 12) + 1)] if name == "2" else \
+            sorted(ranks) == [r for r in range(16, limit + 1) if picked(r)]
+        assert all(c.size < stored(layer) for c in found)
+    conv = candidates(model[3], "3", "auto", copy_weights=False)
+    assert conv and all(picked(c.params["low_rank"]) for c in conv)
+    spaces = ParamsResolver(model).resolve(LayerConfig(["0"], "auto"))
+    assert spaces[0].params["rank"] == [r for r in range(16, 224) if picked(r)]  # 512·384/(896) = 219.4
+    tuner = SKAutoTuner(model, LayerConfig(["0"], "auto"), lambda m: 1.0, accuracy_threshold=0.5)
+    tuner.tune()
+    chosen = tuner.get_best_params()["0"]["params"]["rank"]
+    assert chosen == 16  # every setting is as accurate here: the smallest aligned one
+    replaced = SKAutoTuner(model, LayerConfig(["0"], "auto"), lambda m: 1.0).replace_without_tuning(tolerance=0.9)
+    assert picked(replaced.get_submodule("0").rank)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from _digits_mlp import black_box_search, digits_task
+from sketchcore._ranks import aligned_ranks, is_aligned
 from sketchcore.torch import LowRankLinear, SKLinear
 from sketchcore.tuner import (Categorical, GridSearch, Int, LayerConfig, RandomSearch, SKAutoTuner, SpectralSearch,
                               TuningConfigs)
@@ -240,6 +241,9 @@ def test_replace_without_tuning(fresh):
     error = torch.linalg.norm(first.weight - weights["0"]) / torch.linalg.norm(weights["0"])
     assert error <= 0.5
     s = torch.linalg.svdvals(weights["0"].double())
-    assert torch.sqrt((s[first.rank - 1:] ** 2).sum() / (s ** 2).sum()) > 0.5  # the smallest such rank
+    # the smallest rank of the "auto" grid (ranks the GPU kernels like) that meets the tolerance
+    assert is_aligned(first.rank) or first.rank < 16
+    smaller = [r for r in aligned_ranks(first.rank) if r < first.rank]
+    assert not smaller or torch.sqrt((s[smaller[-1]:] ** 2).sum() / (s ** 2).sum()) > 0.5
     with pytest.raises(ValueError, match="tolerance: expected a number in \\[0, 1\\)"):
         tuner.replace_without_tuning(tolerance=1.5)

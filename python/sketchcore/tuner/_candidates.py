@@ -11,8 +11,9 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch import nn
 
+from sketchcore._ranks import aligned_ranks
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
-from sketchcore.tuner._params import Int, choices
+from sketchcore.tuner._params import choices
 
 #: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
 #: ``"class_path"``) and its parameters; ``nn.Linear`` also names the class ``params="auto"``
@@ -138,8 +139,9 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
     if isinstance(layer, nn.Linear):
         M = layer.weight.detach().t()
         bias = layer.bias is not None
-        if params == "auto":
-            settings = [{"rank": r} for r in range(1, min(M.shape) + 1)]
+        if params == "auto":  # ranks the hardware likes (sketchcore._ranks) among those that save numbers
+            settings = [{"rank": r} for r in aligned_ranks(_saving_limit(dense, sum(M.shape), bias * M.shape[1],
+                                                                          min(M.shape)))]
         else:
             settings = _grid(params, entry["params"] + ["rank"], name, "Linear")
     else:
@@ -150,7 +152,9 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
         M = layer.weight.detach().reshape(layer.out_channels, -1).t()
         bias = layer.bias is not None
         if params == "auto":
-            settings = [{"num_terms": 1, "low_rank": k} for k in range(1, min(M.shape) // 2 + 1)]
+            settings = [{"num_terms": 1, "low_rank": k}
+                        for k in aligned_ranks(_saving_limit(dense, 2 * sum(M.shape), bias * M.shape[1],
+                                                             min(M.shape) // 2))]
         else:
             settings = _grid(params, entry["params"], name, "Conv2d")
     spectrum = _Spectrum(M, gram) if copy_weights else None
@@ -169,15 +173,22 @@ def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
     """What ``params="auto"`` searches for ``layer``, as an explicit search space (for
     ``getConfigs()``): every LowRankLinear rank of an ``nn.Linear`` that stores fewer numbers than
     the layer, every such SKConv2d ``low_rank`` of one term, a few Performer feature counts. None
-    when no setting stores fewer numbers."""
+    when no setting stores fewer numbers. Ranks are those the GPU kernels like (multiples of 64
+    from 256, of 16 from 16, every rank of a layer narrower than 16: ``sketchcore._ranks``)."""
     found = candidates(layer, name, "auto", copy_weights=False)
     if not found:
         return None
     if isinstance(layer, nn.Linear):
-        return {"rank": Int(1, max(c.params["rank"] for c in found))}
+        return {"rank": sorted(c.params["rank"] for c in found)}
     if isinstance(layer, nn.Conv2d):
-        return {"num_terms": [1], "low_rank": Int(1, max(c.params["low_rank"] for c in found))}
+        return {"num_terms": [1], "low_rank": sorted(c.params["low_rank"] for c in found)}
     return {"num_random_features": [c.params["num_random_features"] for c in found], "kernel_fn": ["softmax"]}
+
+
+def _saving_limit(dense: int, per_rank: int, fixed: int, most: int) -> int:
+    """The largest rank (at most `most`) whose layer stores fewer numbers than `dense`:
+    rank·per_rank + fixed < dense."""
+    return min(most, (dense - fixed - 1) // per_rank)
 
 
 def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:

@@ -103,8 +103,9 @@ class ParamsResolver:
     """Turns a config's ``params`` into explicit search spaces, as Panther's ``ParamsResolver``.
 
     ``"auto"`` becomes one config per group of layers of the same type and shape, whose
-    ``params`` are what "auto" searches for them (``{"rank": Int(1, R)}`` for an ``nn.Linear``:
-    every LowRankLinear rank that stores fewer numbers; one-term SKConv2d ranks for an
+    ``params`` are what "auto" searches for them (``{"rank": [16, 32, ...]}`` for an ``nn.Linear``:
+    every LowRankLinear rank the GPU kernels like — multiples of 64 from 256, of 16 from 16, all
+    ranks of a layer narrower than 16 — that stores fewer numbers; one-term SKConv2d ranks for an
     ``nn.Conv2d``; Performer feature counts for attention). A layer without such a setting is
     left out with a warning (it stays dense). An explicit dict is checked against each layer
     (unknown keys, invalid values) and kept; a warning says when every setting stores more numbers
@@ -135,8 +136,7 @@ class ParamsResolver:
     >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.Linear(64, 8))
     >>> configs = ParamsResolver(model).resolve(LayerConfig(["0", "2", "3"], "auto"))
     >>> [(c.layer_names, c.params) for c in configs]
-    [(['0', '2'], {'rank': Int(low=1, high=31, step=1, log=False)}),
-     (['3'], {'rank': Int(low=1, high=7, step=1, log=False)})]
+    [(['0', '2'], {'rank': [16]}), (['3'], {'rank': [1, 2, 3, 4, 5, 6, 7]})]
     """
 
     def __init__(self, model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]] = None,

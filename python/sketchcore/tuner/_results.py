@@ -80,7 +80,7 @@ class ResultsMixin:
         {}
         >>> _ = tuner.tune()
         >>> tuner.get_best_params()["0"]["params"]
-        {'rank': 1}
+        {'rank': 16}
         """
         return self.best_params
 

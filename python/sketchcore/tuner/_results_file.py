@@ -156,7 +156,7 @@ class ResultsFileMixin:
         ...     tuner.save_tuning_results(path)
         ...     fresh.load_tuning_results(path)
         >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
-        ({'rank': 1}, 'LowRankLinear')
+        ({'rank': 16}, 'LowRankLinear')
         >>> fresh.load_tuning_results("no/such/file.json")
         Traceback (most recent call last):
             ...

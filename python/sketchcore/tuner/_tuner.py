@@ -143,9 +143,9 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
     >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
     >>> best = tuner.tune()
     >>> {name: choice["params"] for name, choice in best.items()}
-    {'0': {'rank': 1}, '2': {'rank': 1}}
+    {'0': {'rank': 16}, '2': {'rank': 1}}
     >>> tuner.apply_best_params()[0]
-    LowRankLinear(in_features=64, out_features=64, rank=1, bias=True, activation='none')
+    LowRankLinear(in_features=64, out_features=64, rank=16, bias=True, activation='none')
     >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0, num_runs_per_param=0)
     Traceback (most recent call last):
         ...
@@ -242,8 +242,7 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
         >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
         >>> [(config.layer_names, config.params) for config in tuner.getConfigs()]
-        [(['0'], {'rank': Int(low=1, high=31, step=1, log=False)}),
-         (['2'], {'rank': Int(low=1, high=7, step=1, log=False)})]
+        [(['0'], {'rank': [16]}), (['2'], {'rank': [1, 2, 3, 4, 5, 6, 7]})]
         """
         return self.configs
 
