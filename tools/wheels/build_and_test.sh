@@ -117,13 +117,18 @@ repair_and_check() {  # repair_and_check DIST_DIR NAME CHECK_ARGS...: repaired w
 # torch.compile's inductor backend (it compiles C++ for the CPU). Every other test runs without one.
 needs_compiler=(tests/test_package.py::test_cpp_program_builds_against_the_pip_installed_package
                 tests/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
-                tests/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager)
+                tests/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
+                tests/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths)
 # tests_without_compiler SRC VENV PYTEST_ARGS...: the tests of the copied tree SRC against the wheel in
 # VENV (sketchcore imports from the venv: the tree keeps it under python/), no compiler on PATH.
 tests_without_compiler() {
   local src=$1 venv=$2 test; shift 2
   local deselect=(); for test in "${needs_compiler[@]}"; do deselect+=(--deselect "$test"); done
-  (cd "$src" && run_without_compiler "$venv" python -m pytest -p no:cacheprovider -q -rs "${deselect[@]}" "$@")
+  (cd "$src" && run_without_compiler "$venv" python -m pytest -p no:cacheprovider -q -rs "${deselect[@]}" "$@") || {
+    echo "FAIL: tests against the installed wheel with no compiler on PATH. A test that compiles code itself"
+    echo "(torch.compile's inductor, a CMake build) belongs in needs_compiler in tools/wheels/build_and_test.sh."
+    return 1
+  }
 }
 # tests_with_compiler SRC VENV: the needs_compiler tests against the same installed wheel.
 tests_with_compiler() {
