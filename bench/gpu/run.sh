@@ -21,7 +21,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
-steps=${STEPS:-wheels facts build tests sanitize bench profile}
+steps=${STEPS:-wheels facts build tests sanitize bench llm profile}
 dry=${DRY_RUN:-0}
 date_tag=$(date -u +%Y-%m-%d)
 summary=()
@@ -129,8 +129,17 @@ sanitize() {
 }
 
 bench() {
-  # Not --benchmark-only: the achieved-rate report is a plain test.
+  # Not --benchmark-only: the achieved-rate report is a plain test. Then any rank against its
+  # aligned neighbour (issue 38: the padded inner width).
   "$python" -m pytest bench/test_bench_gpu.py -q -p no:cacheprovider --benchmark-json="$out/gpu-$date_tag.json"
+  local rc=$?
+  "$python" -m pytest bench/test_bench_ranks.py -k gpu -q -p no:cacheprovider \
+    --benchmark-json="$out/gpu-ranks-$date_tag.json" || rc=1
+  return $rc
+}
+
+llm() {  # issue 38: the LLaMA-shaped model, dense vs compressed, prefill/train/decode (eager and graphs)
+  "$python" bench/llm_speed.py --preset gpu --rounds 3 --out "$out/llm-speed-$date_tag"
 }
 
 profile() {
@@ -142,21 +151,22 @@ host() {  # not in the default steps: a long table of where a training step's ho
 }
 
 export python out dry date_tag
-export -f facts wheels build tests sanitize bench profile host
+export -f facts wheels build tests sanitize bench llm profile host
 
 for name in $steps; do
   case $name in
     facts) step facts facts ;;
     wheels) step wheels wheels; export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH} ;;
-    build|tests|sanitize|bench|profile|host)
+    build|tests|sanitize|bench|llm|profile|host)
       if has_gpu; then step "$name" "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
-    *) echo "unknown step '$name' (facts wheels build tests sanitize bench profile host)"; exit 2 ;;
+    *) echo "unknown step '$name' (facts wheels build tests sanitize bench llm profile host)"; exit 2 ;;
   esac
 done
 
 if [ "$dry" = 1 ]; then
   # What can be checked without a GPU: the GPU tests and benchmarks collect and skip cleanly.
   step collect "$python" -m pytest -q -p no:cacheprovider -m gpu tests bench/test_bench_gpu.py -rs
+  step llm_plan "$python" bench/llm_speed.py --preset gpu --dry-run --device cpu
 fi
 
 echo
