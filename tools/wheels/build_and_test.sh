@@ -81,13 +81,22 @@ run_without_compiler() {
   env -u CC -u CXX -u CUDACXX -u CMAKE_ARGS PATH="$venv/bin:$nocc" VIRTUAL_ENV="$venv" "$@"
 }
 
-# install_and_check VENV WHEEL EXTRA_PIP_ARGS...: a fresh venv holding WHEEL, installed with no
-# compiler on PATH; checks that none is reachable and that sketchcore imports from the venv.
+# install_and_check VENV PIP_ARGS... [--then PIP_ARGS...]: a fresh venv, each group of arguments one
+# pip install, with no compiler on PATH; checks that none is reachable and that sketchcore imports
+# from the venv with the version built.
 install_and_check() {
-  local venv=$1 wheel=$2; shift 2
+  local venv=$1 arg; shift
   rm -rf "$venv" && "$python" -m venv "$venv"
   run_without_compiler "$venv" python -m pip install --quiet --upgrade pip
-  run_without_compiler "$venv" python -m pip install --quiet --prefer-binary "$@"
+  local group=()
+  for arg in "$@" --then; do
+    if [ "$arg" = --then ]; then
+      run_without_compiler "$venv" python -m pip install --quiet --prefer-binary "${group[@]}"
+      group=()
+    else
+      group+=("$arg")
+    fi
+  done
   local c
   for c in cc c++ gcc g++ nvcc clang; do
     if run_without_compiler "$venv" sh -c "command -v $c"; then echo "FAIL: $c is on the test PATH"; return 1; fi
@@ -147,7 +156,7 @@ if [[ " $wheels " == *" cpu "* ]]; then
   cpu_wheel=$(ls "$out"/wheelhouse/sketchcore-[0-9]*.whl)
   # The test extra, torch (CPU build, as .ci/run pins it) and JAX: the README's test command, whole.
   timed "CPU wheel: fresh venv, install (no compiler)" \
-    install_and_check "$out/venv-cpu" "$cpu_wheel" "$cpu_wheel[test]" "torch==2.13.0" "jax>=0.5"
+    install_and_check "$out/venv-cpu" "$cpu_wheel[test]" "torch==2.13.0" "jax>=0.5"
   timed "CPU wheel: python -m pytest (no compiler)" tests_without_compiler "$out/src" "$out/venv-cpu"
   timed "CPU wheel: C++ example, torch.compile (compiler)" tests_with_compiler "$out/src" "$out/venv-cpu"
 fi
@@ -176,14 +185,14 @@ if [[ " $wheels " == *" cu13 "* ]]; then
     else
       # Without its nvidia-cublas dependency (450 MB): this machine has no GPU to use it with, and
       # the CUDA-path checks below then see the "not found" error a user without it would see.
-      install_args=(--no-deps "$cuda_wheel" "numpy>=2.1" "$(python - "$repo" <<'PY'
+      install_args=(--no-deps "$cuda_wheel" --then "numpy>=2.1" "$(python - "$repo" <<'PY'
 import re, sys
 text = open(sys.argv[1] + "/pyproject.toml").read()
 print(re.search(r'"(scipy-openblas32==[^"]+)"', text).group(1))
 PY
 )" "pytest>=8" "hypothesis>=6.100")
     fi
-    timed "CUDA wheel: fresh venv, install (no compiler)" install_and_check "$out/venv-cu13" "$cuda_wheel" "${install_args[@]}"
+    timed "CUDA wheel: fresh venv, install (no compiler)" install_and_check "$out/venv-cu13" "${install_args[@]}"
     # The CUDA backend is in the library; its CPU path, the loader, info, and packaging facts.
     # Which tests and why: bench/results/wheels-2026-11-26.txt.
     cuda_tests=(tests/test_package.py tests/test_cli_tools.py tests/test_cublaslt_lookup.py tests/test_sketched_matmul.py
