@@ -60,6 +60,10 @@ function(sketchcore_add_cuda_backend target)
       "${PROJECT_SOURCE_DIR}/src/cuda/device_pool.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/lt_gemm.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/performer_backward.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/performer_causal_backward.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/performer_cuda.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/performer_forward.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/sketch_kernels.cu")
     # The loader opens cuBLASLt of the toolkit's major version (libcublasLt.so.<major>).
     target_compile_definitions(${target} PRIVATE SKETCHCORE_WITH_CUDA=1

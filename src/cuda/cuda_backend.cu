@@ -390,6 +390,11 @@ class CudaBackend final : public detail::Backend {
     sketch_to_dense_on_device(op, out, row0, col0);
   }
   void sketch_apply(const detail::SketchApplyProblem& p) const override { sketch_apply_on_device(p); }
+  void performer_attention(const detail::PerformerProblem& p) const override { performer_attention_on_device(p); }
+  void performer_attention_backward(const detail::PerformerProblem& p, const TensorView& grad_out,
+                                    const PerformerGradients& g) const override {
+    performer_attention_backward_on_device(p, grad_out, g);
+  }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
   int device_count() const noexcept override {
     int count = 0;

@@ -1,5 +1,5 @@
-// The CUDA backend's sketch operations, called by CudaBackend (cuda_backend.cu) on problems
-// the core has validated (kernels and staging: cuda_sketch.cu).
+// The CUDA backend's sketch and Performer operations, called by CudaBackend (cuda_backend.cu) on
+// problems the core has validated (kernels and staging: cuda_sketch.cu, performer_*.cu).
 #pragma once
 
 #include <cstdint>
@@ -14,5 +14,10 @@ void sketch_to_dense_on_device(const SketchOperator& op, const TensorView& out, 
 
 /// A sketch applied to each matrix of a validated batch on the device of `problem.a`.
 void sketch_apply_on_device(const detail::SketchApplyProblem& problem);
+
+/// Performer attention on the device of `problem.q`, forward and backward (performer_*.cu).
+void performer_attention_on_device(const detail::PerformerProblem& problem);
+void performer_attention_backward_on_device(const detail::PerformerProblem& problem, const TensorView& grad_out,
+                                            const PerformerGradients& grads);
 
 }  // namespace sketchcore::cuda

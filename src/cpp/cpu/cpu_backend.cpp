@@ -77,6 +77,11 @@ class CpuBackend final : public Backend {
     cpu_sketch_apply({p.op, a.view(), out.view(), p.side, p.transpose});
     out.store();
   }
+  void performer_attention(const PerformerProblem& p) const override { cpu_performer_attention(p); }
+  void performer_attention_backward(const PerformerProblem& p, const TensorView& grad_out,
+                                    const PerformerGradients& g) const override {
+    cpu_performer_attention_backward(p, grad_out, g);
+  }
   bool supports(DType) const noexcept override { return true; }  // 16-bit types through float32
   int device_count() const noexcept override { return 1; }
   int runtime_version() const noexcept override { return 0; }

@@ -25,5 +25,10 @@ void cpu_sketched_matmul_backward(const SketchedMatmulProblem& problem, const Sk
 void cpu_sketch_to_dense(const SketchOperator& op, const TensorView& out, std::int64_t row0, std::int64_t col0);
 /// A sketch applied to a batch of matrices (sketch_cpu.cpp).
 void cpu_sketch_apply(const SketchApplyProblem& problem);
+/// Performer attention, forward (performer_forward_cpu.cpp) and backward
+/// (performer_backward_cpu.cpp); every dtype (16-bit ones computed in float32).
+void cpu_performer_attention(const PerformerProblem& problem);
+void cpu_performer_attention_backward(const PerformerProblem& problem, const TensorView& grad_out,
+                                      const PerformerGradients& grads);
 
 }  // namespace sketchcore::detail

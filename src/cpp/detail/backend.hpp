@@ -7,6 +7,7 @@
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/memory.hpp"
+#include "sketchcore/performer.hpp"
 #include "sketchcore/sketch.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
@@ -40,6 +41,22 @@ struct SketchApplyProblem {
   bool transpose;
 };
 
+/// A validated performer_attention problem: q (B, H, L, d), k (B, H, S, d), v (B, H, S, e) and
+/// `out` (B, H, L, e) of one dtype and device (for the backward `out` is the forward's output),
+/// features (m, d) and the optional weights of q's dtype or float32; S = L when causal; `out`
+/// (and the backward's gradients) writable without overlap.
+struct PerformerProblem {
+  const TensorView& q;
+  const TensorView& k;
+  const TensorView& v;
+  const TensorView& features;
+  const TensorView& out;
+  const TensorView* key_weights;    // (B, S) or null
+  const TensorView* value_weights;  // (B, H, S) or null
+  PerformerOptions options;
+  std::int64_t batch, heads, queries, keys, dim, value_dim, num_features;  // B, H, L, S, d, e, m
+};
+
 /// One kind of device's implementation of the operations and of its memory pool.
 class Backend {
  public:
@@ -54,6 +71,11 @@ class Backend {
                                std::int64_t col0) const = 0;
   /// Applies a sketch to a validated, non-empty batch.
   virtual void sketch_apply(const SketchApplyProblem& problem) const = 0;
+  /// Computes a validated performer_attention problem into problem.out.
+  virtual void performer_attention(const PerformerProblem& problem) const = 0;
+  /// The requested gradients of a validated problem, given dL/dout.
+  virtual void performer_attention_backward(const PerformerProblem& problem, const TensorView& grad_out,
+                                            const PerformerGradients& grads) const = 0;
   /// Whether `dtype` can be computed on this kind of device.
   virtual bool supports(DType dtype) const noexcept = 0;
   /// Number of devices of this kind that can be used (the CPU: 1).

@@ -7,6 +7,7 @@
 #include "sketchcore/execution.hpp"
 #include "sketchcore/export.hpp"
 #include "sketchcore/memory.hpp"
+#include "sketchcore/performer.hpp"
 #include "sketchcore/runtime.hpp"
 #include "sketchcore/sketch.hpp"
 #include "sketchcore/sketched_matmul.hpp"

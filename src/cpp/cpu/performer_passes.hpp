@@ -1,0 +1,113 @@
+// The passes the CPU Performer forward and backward share (cpu/performer_forward_cpu.cpp defines
+// them): the per-thread block buffers, the non-causal reduction of the keys to one state per head,
+// and the block-wise feature steps.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/performer_cpu.hpp"
+
+namespace sketchcore::detail::performer {
+
+/// Per-thread buffers for blocks of up to `rows` rows.
+template <class T>
+struct BlockBuffers {
+  explicit BlockBuffers(pgemm::Isa isa) : ws(isa) {}
+  void reserve(std::int64_t rows, std::int64_t d, std::int64_t m, std::int64_t e);
+  T* x() const { return x_.data(); }    ///< rows × d: x'
+  T* dx() const { return dx_.data(); }  ///< rows × d
+  T* f() const { return f_.data(); }    ///< rows × m
+  T* f2() const { return f2_.data(); }  ///< rows × m
+  T* g() const { return g_.data(); }    ///< rows × m
+  T* g2() const { return g2_.data(); }  ///< rows × m
+  T* h() const { return h_.data(); }    ///< rows × m
+  T* v() const { return v_.data(); }    ///< rows × e: w·v
+  T* o() const { return o_.data(); }    ///< rows × e
+  T* o2() const { return o2_.data(); }  ///< rows × e
+  T* rows_a() const { return ra_.data(); }  ///< rows: |x'|²/2
+  T* rows_b() const { return rb_.data(); }  ///< rows: row maxima, key weights
+  T* rows_c() const { return rc_.data(); }  ///< rows: normalisers
+  T* rows_d() const { return rd_.data(); }  ///< rows: value weights
+  T* rows_e() const { return re_.data(); }  ///< rows
+  T* rows_f() const { return rf_.data(); }  ///< rows
+  T* p() const { return p_.data(); }    ///< rows × rows
+  T* dp() const { return dp_.data(); }  ///< rows × rows
+  pgemm::Workspace<T> ws;
+
+ private:
+  Scratch<T> x_, dx_, f_, f2_, g_, g2_, h_, v_, o_, o2_, ra_, rb_, rc_, rd_, re_, rf_, p_, dp_;
+  std::int64_t capacity_[4] = {0, 0, 0, 0};
+};
+
+/// The non-causal reduction of every head's keys: per head S = Σ_j φ(k_j)' ⊗ w_j·v_j (m × e)
+/// and S_den = Σ_j φ(k_j)' (m), φ' = a·φ, with the softmax keys' constant c (the head's largest
+/// dash), in parts of consecutive key blocks that depend only on S.
+template <class T>
+class KeyPasses {
+ public:
+  static constexpr std::int64_t kKeysPerPart = 1024;
+  static constexpr std::int64_t kMaxParts = 16;
+
+  KeyPasses(const PerformerProblem& p, const FeatureMap<T>& map);
+  /// Fills the states (parallel over heads and parts).
+  void reduce();
+  /// Head bh's state: S (m × e, row-major) followed by S_den (m).
+  const T* state(std::int64_t bh) const { return state_.data() + bh * (m_ * e_ + m_); }
+  /// Head bh's softmax key constant c.
+  T constant(std::int64_t bh) const { return c_[static_cast<std::size_t>(bh)]; }
+  std::int64_t parts() const { return parts_; }
+  std::int64_t part_length() const { return part_len_; }
+  static std::int64_t key_parts(std::int64_t keys);
+
+ private:
+  void reduce_part(std::int64_t bh, std::int64_t part, BlockBuffers<T>& buf);
+  void merge(std::int64_t bh);
+
+  const PerformerProblem& p_;
+  const FeatureMap<T>& map_;
+  std::int64_t heads_, parts_, part_len_, m_, e_, partial_size_;
+  Scratch<T> partial_, state_;
+  std::vector<T> c_;
+};
+
+/// Weights of rows [row0, row0 + n) of head (b, h) into dst, or null without weights.
+template <class T>
+const T* read_weights(const TensorView* weights, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n,
+                      T* dst);
+
+/// w·v of rows [j0, j0 + n) into buf.v() (w = value_weights, through buf.rows_d()).
+template <class T>
+void read_values(const PerformerProblem& p, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
+                 BlockBuffers<T>& buf);
+
+/// Query features from `dash` (n × m): g (the exponentials, or the relu values; kept for the
+/// backward) into `g` and φ into `phi`; `diag` and `top` get |x'|²/2 and the row maxima
+/// (softmax). Any of dash, g, phi may be the same array.
+template <class T>
+void query_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* x, T* diag,
+                    T* top);
+
+/// Causal key features from `dash`: g into `g`, φ' = a·α·(g + β) into `phi` (a null: 1).
+template <class T>
+void causal_key_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* x, T* diag,
+                         const T* a);
+
+/// `count` empty packed operands for `isa` (one per head).
+template <class T>
+std::vector<pgemm::PackedB<T>> packed_operands(std::int64_t count, pgemm::Isa isa) {
+  std::vector<pgemm::PackedB<T>> packed;
+  packed.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) packed.emplace_back(isa);
+  return packed;
+}
+
+/// o[i, ·] /= max(z[i], tiny).
+template <class T>
+void divide_rows(std::int64_t n, std::int64_t e, T* o, const T* z);
+
+/// P[i, j] = 0 for j > i (n × n).
+template <class T>
+void mask_upper(std::int64_t n, T* P);
+
+}  // namespace sketchcore::detail::performer
