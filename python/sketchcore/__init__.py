@@ -33,6 +33,7 @@ from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, get_gemm_tuning, set_allow_tf32, set_gemm_tuning  # noqa: E402
 from sketchcore._framework_gemm import cpu_blas_of  # noqa: E402
 from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
+from sketchcore._performer import performer_attention, performer_attention_backward  # noqa: E402
 from sketchcore._runtime import (  # noqa: E402
     activation_names,
     build_info,
@@ -80,6 +81,8 @@ __all__ = [
     "get_num_threads",
     "linalg",
     "memory",
+    "performer_attention",
+    "performer_attention_backward",
     "sketch",
     "set_allow_tf32",
     "set_cpu_blas",

@@ -76,6 +76,30 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
                                   const TensorView& U, const TensorView& intermediate, const Epilogue& epilogue,
                                   const SketchedMatmulGradients& grads) except +raise_py_error
 
+    # performer.hpp
+    cdef enum class PerformerKernel:
+        softmax
+        relu
+
+    cdef cppclass PerformerOptions:
+        PerformerKernel kernel
+        cbool causal
+
+    cdef cppclass PerformerGradients:
+        optional[TensorView] q
+        optional[TensorView] k
+        optional[TensorView] v
+
+    void performer_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const TensorView& features, const TensorView& out, const PerformerOptions& options,
+                             const optional[TensorView]& key_weights,
+                             const optional[TensorView]& value_weights) except +raise_py_error
+    void performer_attention_backward(const TensorView& grad_out, const TensorView& q, const TensorView& k,
+                                      const TensorView& v, const TensorView& features, const TensorView& out,
+                                      const PerformerOptions& options, const optional[TensorView]& key_weights,
+                                      const optional[TensorView]& value_weights,
+                                      const PerformerGradients& grads) except +raise_py_error
+
     # sketch.hpp
     cdef enum class SketchKind:
         pass

@@ -1,6 +1,6 @@
 """PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
 drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution; ``RandMultiHeadAttention`` / ``make_performer``,
-its Performer attention;
+its Performer attention (``performer_attention``, the differentiable kernel underneath);
 ``LowRankLinear``; and model compression
 (``sketch_model``, ``restore_model``, ``register_linear``) with near-optimal conversions, from the
 weights' SVD or data-aware (calibration inputs).
@@ -22,8 +22,9 @@ from sketchcore.torch._convert import ConversionReport, LayerReport, register_li
 from sketchcore.torch._functional import sketched_linear, sklinear
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
+from sketchcore.torch._performer import performer_attention
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
 __all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention",
-           "SKConv2d", "SKLinear", "make_performer", "register_linear", "restore_model", "sketch_model",
-           "sketched_conv2d", "sketched_linear", "sklinear"]
+           "SKConv2d", "SKLinear", "make_performer", "performer_attention", "register_linear", "restore_model",
+           "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]

@@ -13,10 +13,13 @@ Per head (d = head dim, m = features, W the (m, d) orthogonal random features):
 * relu kernel: φ(x) = relu(m^(-1/2)·x Wᵀ) + 1e-5;
 * out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j), over all j, or over j ≤ i when causal.
 
-The normaliser rides along as a column of ones appended to v. Non-causal: φ(K)ᵀ[V 1] once, then
-φ(Q) times it. Causal: chunks of ``_CHUNK`` tokens (128 on the CPU, 1024 on CUDA); each chunk
-adds its masked (chunk × chunk) block to φ(q) times the running state Σ_{j<chunk} φ(k_j)[v_j 1]ᵀ (m × (d+1)), so memory is
-O(L·(m + d) + chunk²) and no output sees a later token (masked products are exact zeros).
+The computation is sketchcore's Performer kernels (:func:`sketchcore.performer_attention`, through
+the custom operator of :mod:`sketchcore.torch._performer`): the features are formed block by block
+inside the kernels, never as L × m tensors. Non-causal: φ(K)ᵀ[V 1] is reduced once per head (the
+keys' maximum kept as a running constant), then each block of queries is multiplied by it.
+Causal: chunks with a running state and an exact masked product inside each chunk, so no output
+sees a later token (masked products are exact zeros). Memory is linear in the sequence length;
+the backward recomputes the features instead of keeping them.
 
 Dropout (training only) removes whole keys from the numerator, per batch, head and key and
 shared by all queries (the form attention dropout takes when the attention matrix is never
@@ -28,8 +31,8 @@ by the norms of independent Gaussian rows) drawn from sketchcore's counter-based
 sketches: a pure function of ``seed``, without touching torch's global RNG (Panther calls
 ``torch.manual_seed`` on every construction).
 
-The products run as torch batched GEMMs (one call for all batches and heads): the core's
-sketched GEMM takes one (S, U) pair per call, so heads would be B·H sequential calls.
+``reference_attention`` below is the same math in composite torch operations (the formulas the
+kernels are tested against, and the second-order gradients' path).
 """
 from __future__ import annotations
 
@@ -42,10 +45,11 @@ from torch import Tensor, nn
 
 from sketchcore import sketch
 from sketchcore.torch._layer_state import SketchedLayer
+from sketchcore.torch._performer import performer_attention
 from sketchcore.torch._modules import _positive_int
 
-# Causal block length: each block costs a masked chunk² product per batch and head plus a few
-# launches, so GPUs (launch-bound at 128) take longer blocks than CPUs.
+# Causal block length of the composite reference: each block costs a masked chunk² product per
+# batch and head plus a few launches, so GPUs (launch-bound at 128) take longer blocks than CPUs.
 _CHUNK = {"cpu": 128, "cuda": 1024}
 _KERNELS = ("softmax", "relu")
 
@@ -96,6 +100,25 @@ def _linear_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
         outputs.append(qc @ state + block @ vc)
         state = state + kc.transpose(-1, -2) @ vc
     return torch.cat(outputs, dim=-2)
+
+
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, W: Tensor, kernel_fn: str, causal: bool,
+                        key_weights: Optional[Tensor] = None, value_weights: Optional[Tensor] = None) -> Tensor:
+    """Performer attention in composite torch operations, in at least float32, for q (B, H, L, d),
+    k (B, H, S, d), v (B, H, S, e): φ(k) times key_weights (B, S), v times value_weights
+    (B, H, S) in the numerator only, the normaliser as a column of ones appended to v (the
+    formulas of sketchcore's kernels, and this layer's implementation before them)."""
+    phi_q = _features(q, W, kernel_fn, True, causal)
+    phi_k = _features(k, W, kernel_fn, False, causal)
+    if key_weights is not None:
+        phi_k = phi_k * key_weights.to(phi_k.dtype)[:, None, :, None]
+    v = v.to(phi_q.dtype)
+    if value_weights is not None:
+        v = v * value_weights.to(v.dtype)[..., None]
+    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+    both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), causal)
+    numerator, normaliser = both[..., :-1], both[..., -1:]
+    return numerator / normaliser.clamp_min(torch.finfo(normaliser.dtype).tiny)
 
 
 def _kept_keys(key_padding_mask: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -274,20 +297,17 @@ class RandMultiHeadAttention(SketchedLayer):
             return F.linear(x, W, b).view(B, x.shape[1], H, d).transpose(1, 2)  # (B, H, L, d)
 
         q, k, v = heads(query, self.Wq, self.bq), heads(key, self.Wk, self.bk), heads(value, self.Wv, self.bv)
-        phi_q = _features(q, self.projection_matrix, self.kernel_fn, True, causal)
-        phi_k = _features(k, self.projection_matrix, self.kernel_fn, False, causal)
+        compute = torch.promote_types(q.dtype, torch.float32)  # the kernels' arithmetic (16-bit inputs widened)
+        key_weights = value_weights = None
         if key_padding_mask is not None:
-            phi_k = phi_k * _kept_keys(key_padding_mask, key.shape[:2]).to(phi_k.dtype)[:, None, :, None]
-        v = v.to(phi_q.dtype)
+            key_weights = _kept_keys(key_padding_mask, key.shape[:2]).to(device=q.device, dtype=compute)
         if self.training and self.dropout > 0.0:
-            keep = torch.empty(*v.shape[:-1], 1, dtype=v.dtype, device=v.device).bernoulli_(1.0 - self.dropout)
-            v = v * keep / (1.0 - self.dropout)
-        ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-        both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), causal)
-        numerator, normaliser = both[..., :d], both[..., d:]
-        tiny = torch.finfo(normaliser.dtype).tiny
-        out = (numerator / normaliser.clamp_min(tiny)).to(query.dtype)
-        out = F.linear(out.transpose(1, 2).reshape(B, L, E), self.W0, self.b0)
+            # Drawn as before the kernels (shape, dtype, device): the same torch RNG state gives the same keys.
+            keep = torch.empty(*v.shape[:-1], 1, dtype=compute, device=v.device).bernoulli_(1.0 - self.dropout)
+            value_weights = (keep / (1.0 - self.dropout))[..., 0]
+        out = performer_attention(q, k, v, self.projection_matrix, kernel=self.kernel_fn, causal=causal,
+                                  key_weights=key_weights, value_weights=value_weights)
+        out = F.linear(out.transpose(1, 2).reshape(B, L, E).to(query.dtype), self.W0, self.b0)
         return (out if self.batch_first else out.transpose(0, 1)), None
 
     def _check_shapes(self, query: Tensor, key: Tensor, value: Tensor) -> None:
