@@ -238,6 +238,20 @@ def test_gradcheck_gradgradcheck_and_opcheck(kernel, causal):
                           (q, k, v, W, None, None, kernel, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_eager_path_and_the_operator_give_the_same_bits(causal):
+    q, k, v, W, kw, vw = (t.float() for t in inputs(2, 2, 150, 150, 16, 16, 32, weights=True))
+    grad = torch.randn(2, 2, 150, 16)
+    eager = ours_and_grads(q, k, v, W, "softmax", causal, kw, vw, grad)
+    qo, ko, vo = (t.detach().requires_grad_() for t in (q, k, v))
+    out = torch.ops.sketchcore.performer_attention(qo, ko, vo, W, kw, vw, "softmax", causal)
+    out.backward(grad)
+    for a, b in zip(eager, (out.detach(), qo.grad, ko.grad, vo.grad)):
+        assert torch.equal(a, b)
+    with torch.no_grad():  # no autograd node at all
+        assert performer_attention(q, k, v, W, causal=causal).grad_fn is None
+
+
 def test_compile_traces_the_operator_without_graph_breaks():
     q, k, v, W, kw, vw = (t.float() for t in inputs(2, 2, 40, 40, 8, 8, 16, weights=True))
 

@@ -6,6 +6,12 @@ differentiable function the layer (:class:`~sketchcore.torch.RandMultiHeadAttent
 The output is allocated as (B, L, H, e) memory seen as (B, H, L, e), so that a layer's
 ``out.transpose(1, 2).reshape(B, L, H·e)`` is a view, not a copy. Second-order gradients
 (``create_graph=True``) run the composite torch formulas of :mod:`sketchcore.torch._attention`.
+
+Plain eager calls (``sketchcore.torch._eager.applies``) skip the dispatcher and torch.library's
+autograd wrapper: the same bodies under a plain ``autograd.Function``, or no autograd node at all
+where nothing requires gradient (measured on a tiny problem: the operator added ~200 µs per
+inference call and more with autograd, the Function a few µs). Tracing, torch.compile, torch.func
+and tensor subclasses keep the operator.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import torch
 from torch import Tensor
 
 import sketchcore
+from sketchcore.torch import _eager
 
 _KERNELS = ("softmax", "relu")
 
@@ -73,7 +80,8 @@ def _setup_context(ctx, inputs, output):
     ctx.kernel, ctx.causal = kernel, causal
 
 
-def _backward(ctx, grad):
+def _backward(ctx, grad, direct: bool = False):
+    """The gradients; `direct` calls the backward's body instead of the operator (eager path)."""
     q, k, v, features, key_weights, value_weights, out = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
     if torch.is_grad_enabled():  # the backward is being recorded (create_graph=True): second order
@@ -83,12 +91,26 @@ def _backward(ctx, grad):
         computed = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True))
         grads = [next(computed) if w else None for w in needs]
         return (*grads, None, None, None, None, None)
-    dq, dk, dv = torch.ops.sketchcore.performer_attention_backward(
-        grad, q, k, v, features, out, key_weights, value_weights, ctx.kernel, ctx.causal, needs)
+    backward = performer_backward if direct else torch.ops.sketchcore.performer_attention_backward
+    dq, dk, dv = backward(grad, q, k, v, features, out, key_weights, value_weights, ctx.kernel, ctx.causal, needs)
     return (*[g if wanted else None for g, wanted in zip((dq, dk, dv), needs)], None, None, None, None, None)
 
 
 torch.library.register_autograd("sketchcore::performer_attention", _backward, setup_context=_setup_context)
+
+
+class _EagerPerformer(torch.autograd.Function):
+    """The operator's forward and backward bodies for plain eager calls (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, features, key_weights, value_weights, kernel, causal):
+        out = performer_forward(q, k, v, features, key_weights, value_weights, kernel, causal)
+        _setup_context(ctx, (q, k, v, features, key_weights, value_weights, kernel, causal), out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad, direct=True)
 
 
 def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, kernel: str = "softmax",
@@ -138,4 +160,8 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, ke
         raise ValueError(f"performer_attention: kernel: expected 'softmax' or 'relu', got {kernel!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"performer_attention: causal: expected a bool, got {type(causal).__name__}")
+    if _eager.applies(q, k, v, features, key_weights, value_weights):
+        if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+            return performer_forward(q, k, v, features, key_weights, value_weights, kernel, causal)
+        return _EagerPerformer.apply(q, k, v, features, key_weights, value_weights, kernel, causal)
     return torch.ops.sketchcore.performer_attention(q, k, v, features, key_weights, value_weights, kernel, causal)
