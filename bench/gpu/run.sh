@@ -125,6 +125,12 @@ sanitize() {
     -k "backward_matches and float32 or application and srht and float32" || rc=1
   compute-sanitizer --tool synccheck --error-exitcode 99 --target-processes all \
     "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "backward_matches and float32" || rc=1
+  # Issue 40's Performer kernels: shared-memory tiles, block-owned states, the tie list's atomics.
+  local performer="match_the_float64 and float32 and (300x300 or 129x129) or ties"
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
+      "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_performer.py -k "$performer" || rc=1
+  done
   return $rc
 }
 
@@ -135,6 +141,9 @@ bench() {
   local rc=$?
   "$python" -m pytest bench/test_bench_ranks.py -k gpu -q -p no:cacheprovider \
     --benchmark-json="$out/gpu-ranks-$date_tag.json" || rc=1
+  # Issue 40: Performer attention against the exact layer (SDPA flash/mem-efficient, bf16 and fp32).
+  "$python" -m pytest bench/test_bench_performer.py -k cuda --benchmark-only -q -p no:cacheprovider \
+    --benchmark-json="$out/gpu-performer-$date_tag.json" || rc=1
   return $rc
 }
 
@@ -165,7 +174,7 @@ done
 
 if [ "$dry" = 1 ]; then
   # What can be checked without a GPU: the GPU tests and benchmarks collect and skip cleanly.
-  step collect "$python" -m pytest -q -p no:cacheprovider -m gpu tests bench/test_bench_gpu.py -rs
+  step collect "$python" -m pytest -q -p no:cacheprovider -m gpu tests bench/test_bench_gpu.py bench/test_bench_performer.py -rs
   step llm_plan "$python" bench/llm_speed.py --preset gpu --dry-run --device cpu
 fi
 
