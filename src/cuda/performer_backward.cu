@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <class T, class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    key_grad_kernel(Args<T, C> a, Parts parts, const C* ds, const C* constant, C* dc, int* ties, int* tie_count,
+    key_grad_kernel(Args<T, C> a, Parts parts, const C* ds, const C* constant, C* dc, long long* ties, int* tie_count,
                     int capacity) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kBlockThreads)
             g = exp_of((dash - diag[i]) - (a.causal ? *a.key_bound : c));
             if (constant_grad && dash == c) {  // an entry of the head's maximum
               const int slot = atomicAdd(tie_count + bh, 1);
-              if (slot < capacity) ties[static_cast<long long>(bh) * capacity + slot] = static_cast<int>((j0 + i) * m + f0 + j);
+              if (slot < capacity) ties[static_cast<long long>(bh) * capacity + slot] = (j0 + i) * m + f0 + j;
             }
           } else {
             const C u = dash * a.inv_sqrt_m;
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <class T, class C>
 __global__ void __launch_bounds__(kBlockThreads)
-    tie_fixup_kernel(Args<T, C> a, int part_count, const C* constant, const C* dc, const int* ties,
+    tie_fixup_kernel(Args<T, C> a, int part_count, const C* constant, const C* dc, const long long* ties,
                      const int* tie_count, int capacity) {
   extern __shared__ unsigned char smem_raw[];
   C* x = reinterpret_cast<C*>(smem_raw);  // one key's x' (d)
@@ -280,8 +280,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   };
   if (count <= capacity) {
     for (int t = 0; t < count; ++t) {
-      const int entry = ties[static_cast<long long>(bh) * capacity + t];
-      apply(entry / m, entry % m);
+      const long long entry = ties[static_cast<long long>(bh) * capacity + t];
+      apply(entry / m, static_cast<int>(entry % m));
     }
     return;
   }
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 template <class T, class C>
-void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, int* ties,
+void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
                      int* tie_count, int capacity, int rr, std::size_t smem, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H);
   const auto kernel = rr == 4 ? key_grad_kernel<T, C, 4> : rr == 2 ? key_grad_kernel<T, C, 2>
@@ -329,7 +329,7 @@ void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* 
 }
 
 template <class T, class C>
-void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const int* ties,
+void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
                       const int* tie_count, int capacity, cudaStream_t stream) {
   tie_fixup_kernel<T, C><<<args.B * args.H, kBlockThreads, sizeof(C) * args.d, stream>>>(
       args, part_count, constant, dc, ties, tie_count, capacity);
@@ -363,9 +363,10 @@ void launch_query_grad(const Args<T, C>& args, Parts parts, const C* state, C* d
 
 #define SKETCHCORE_PERFORMER_BACKWARD(T, C)                                                                     \
   template void launch_query_grad<T, C>(const Args<T, C>&, Parts, const C*, C*, int, std::size_t, cudaStream_t); \
-  template void launch_key_grad<T, C>(const Args<T, C>&, Parts, const C*, const C*, C*, int*, int*, int, int,    \
+  template void launch_key_grad<T, C>(const Args<T, C>&, Parts, const C*, const C*, C*, long long*, int*, int, int, \
                                       std::size_t, cudaStream_t);                                               \
-  template void launch_tie_fixup<T, C>(const Args<T, C>&, int, const C*, const C*, const int*, const int*, int,  \
+  template void launch_tie_fixup<T, C>(const Args<T, C>&, int, const C*, const C*, const long long*, const int*,  \
+                                       int,                                                                     \
                                        cudaStream_t);
 
 SKETCHCORE_PERFORMER_BACKWARD(__half, float)

@@ -268,15 +268,15 @@ struct Problem {
     performer::launch_sum_parts(ds_partial.as<C>(), static_cast<int>(heads_), qparts.count, size, ds.as<C>(), stream_);
     const Parts kparts = parts_for(a.S, heads_, 1);
     DeviceBuffer dc = buffer(heads_ * kparts.count);
-    DeviceBuffer ties(device_, static_cast<std::size_t>(heads_ * kTieCapacity) * sizeof(int), stream_);
+    DeviceBuffer ties(device_, static_cast<std::size_t>(heads_ * kTieCapacity) * sizeof(long long), stream_);
     DeviceBuffer tie_count(device_, static_cast<std::size_t>(heads_) * sizeof(int), stream_);
     check(cudaMemsetAsync(tie_count.as<int>(), 0, static_cast<std::size_t>(heads_) * sizeof(int), stream_),
           "cudaMemsetAsync");
     const int rk = rows([&](int rb) { return performer::key_grad_smem(rb, a.d, a.e); }, &bytes);
-    performer::launch_key_grad(a, kparts, ds.as<C>(), constant.as<C>(), dc.as<C>(), ties.as<int>(),
+    performer::launch_key_grad(a, kparts, ds.as<C>(), constant.as<C>(), dc.as<C>(), ties.as<long long>(),
                                tie_count.as<int>(), kTieCapacity, rk, bytes, stream_);
     if (a.softmax && grads.k) {
-      performer::launch_tie_fixup(a, kparts.count, constant.as<C>(), dc.as<C>(), ties.as<int>(), tie_count.as<int>(),
+      performer::launch_tie_fixup(a, kparts.count, constant.as<C>(), dc.as<C>(), ties.as<long long>(), tie_count.as<int>(),
                                   kTieCapacity, stream_);
     }
   }

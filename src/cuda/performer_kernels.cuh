@@ -83,11 +83,11 @@ void launch_sum_parts(const C* partial, int heads, int part_count, long long siz
 /// Per (head, key part): dk, dv; the keys' constant's gradient into dc[head, part] and its tied
 /// entries (key·m + feature) into ties[head, 0 .. capacity), counted in tie_count[head].
 template <class T, class C>
-void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, int* ties,
+void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
                      int* tie_count, int capacity, int rr, std::size_t smem, cudaStream_t stream);
 /// dk_j += x_scale·(Σ dc / count)·W_f for the tied entries (j, f) of each head's constant.
 template <class T, class C>
-void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const int* ties,
+void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
                       const int* tie_count, int capacity, cudaStream_t stream);
 /// Causal, forward direction: dq, and dn (L × e) and dz (L) per head into `saved`.
 template <class T, class C>
