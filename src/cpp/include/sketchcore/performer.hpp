@@ -83,8 +83,10 @@ SKETCHCORE_API void performer_attention(const TensorView& q, const TensorView& k
 ///
 /// `grad_out` has the shape, dtype and device of `out`; each requested gradient the shape of
 /// its input and q's dtype and device, no overlap with any operand or another gradient.
-/// @throws shape_error, dtype_error, device_error, std::invalid_argument as performer_attention,
-///         for `grad_out` and for the gradients
+/// @throws shape_error  as performer_attention, and for a wrong `grad_out` or gradient shape
+/// @throws dtype_error  as performer_attention, and for a `grad_out` or gradient of another dtype
+/// @throws device_error as performer_attention, and for a `grad_out` or gradient on another device
+/// @throws std::invalid_argument for gradients that overlap an operand or each other
 SKETCHCORE_API void performer_attention_backward(const TensorView& grad_out, const TensorView& q,
                                                  const TensorView& k, const TensorView& v,
                                                  const TensorView& features, const TensorView& out,
