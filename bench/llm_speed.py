@@ -148,29 +148,46 @@ def train_fn(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], Any]:
     return run
 
 
-def decode_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, graphs: bool) -> Callable[[], Any]:
+def decode_session(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int,
+                   graphs: bool) -> tuple[Callable[[], Any], Callable[[], torch.Tensor]]:
     """Greedy decoding of `new_tokens` tokens after the prompt, one token per forward, with a static
-    KV cache; `graphs`: the decode step compiled with mode="reduce-overhead" (CUDA graphs on a GPU)."""
+    KV cache, as two calls: the prefill (which resets the cache) and the decode steps after it;
+    `graphs`: the decode step compiled with mode="reduce-overhead" (CUDA graphs on a GPU)."""
     batch, length = prompt.shape
     cache = static_cache(model, batch, length + new_tokens + 1, prompt.device)
     keyword = cache_keyword(model)
+    state: dict[str, torch.Tensor] = {}
 
     def step(token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         logits = model(token, **{keyword: cache}, cache_position=position, use_cache=True).logits
         return logits[:, -1].argmax(-1, keepdim=True)
     decode_step = torch.compile(step, mode="reduce-overhead", fullgraph=True) if graphs else step
 
-    def run() -> torch.Tensor:
+    def prefill() -> None:
         cache.reset()
         with torch.no_grad():
-            token = step(prompt, torch.arange(length, device=prompt.device))
-            tokens = [token]
+            state["token"] = step(prompt, torch.arange(length, device=prompt.device))
+
+    def steps() -> torch.Tensor:
+        token = state["token"]
+        tokens = [token]
+        with torch.no_grad():
             for i in range(new_tokens):
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 token = decode_step(token.clone(), torch.tensor([length + i], device=prompt.device))
                 tokens.append(token)
         return torch.cat(tokens, 1)
+    return prefill, steps
+
+
+def decode_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, graphs: bool) -> Callable[[], Any]:
+    """The whole greedy generation (prefill, then the decode steps): what tokens/s counts."""
+    prefill, steps = decode_session(model, prompt, new_tokens, graphs)
+
+    def run() -> torch.Tensor:
+        prefill()
+        return steps()
     return run
 
 
@@ -237,12 +254,12 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
 
     for name, model in models.items():
         split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear))
-        prompt = ids(1, p["prompt"])
-        steps = 4  # a decode step's split: (prefill + 4 steps) − (prefill alone), over 4
-        with_steps, alone = (split.measure(decode_fn(model, prompt, n, False)) for n in (steps, 0))
+        steps = 4  # a decode step's split: 4 steps after a prefill that is not recorded, over 4
+        prefill, decode_steps = decode_session(model, ids(1, p["prompt"]), steps, False)
+        decoded = split.measure(decode_steps, setup=prefill)
         results["split"][name] = {
             "prefill": split.measure(prefill_fn(model, prompt_ids, False)),
-            "decode step": {key: (with_steps[key] - alone[key]) / steps for key in with_steps},
+            "decode step": {key: value / steps for key, value in decoded.items()},
             "train step": split.measure(train_fn(model.train(), train_ids)),
         }
         model.eval()

@@ -127,10 +127,17 @@ class ModuleSplit:
                 self.totals[kind] += self._now() - self.started.pop(id(module))
         return end
 
-    def measure(self, fn: Callable[[], Any]) -> dict[str, Any]:
+    def measure(self, fn: Callable[[], Any], setup: Callable[[], Any] | None = None) -> dict[str, Any]:
         """Runs `fn` once to warm up, then once recorded: milliseconds in the sketched layers, the
-        dense linear layers and the rest, and the number of sketched calls."""
-        fn()
+        dense linear layers and the rest, and the number of sketched calls. `setup` runs before
+        each call of `fn`, unrecorded (a decode's prefill)."""
+        prepare = setup or (lambda: None)
+        prepare()
+        fn()  # warm-up
+        prepare()
+        return self._record(fn)
+
+    def _record(self, fn: Callable[[], Any]) -> dict[str, Any]:
         self.totals = {"sketched": 0.0, "dense_linear": 0.0}
         self.calls = 0
         self.started.clear()
