@@ -171,6 +171,18 @@ def test_any_shape_equals_the_float64_reference(B, H, L, S, d, e, m, kernel, cau
         assert torch.linalg.norm(a - b).item() <= 1e-11 * max(torch.linalg.norm(b).item(), scale)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_one_head_splits_its_causal_chunks_into_parts(kernel):
+    """With fewer than 8 heads a causal head's chunks run in parts, each from the sums before it
+    (after it, in the backward's reverse pass): 1000 tokens are 8 parts of one 128-token chunk."""
+    q, k, v, W, kw, vw = inputs(1, 1, 1000, 1000, 16, 8, 48, weights=True)
+    grad = torch.randn(1, 1, 1000, 8, dtype=torch.float64)
+    ours = ours_and_grads(q, k, v, W, kernel, True, kw, vw, grad)
+    ref = reference_and_grads(q, k, v, W, kernel, True, kw, vw, grad)
+    for a, b in zip(ours, ref):
+        assert relative_error(a, b) <= 1e-12
+
+
 def test_strided_inputs_outputs_and_numpy():
     q, k, v, W, kw, vw = inputs(2, 3, 70, 90, 16, 12, 32, weights=True)
     expected = reference_attention(q, k, v, W, "relu", False, kw, vw)

@@ -10,13 +10,13 @@
 //
 // Non-causal: the key states are recomputed (KeyPasses), one pass over the query blocks forms dq
 // and dS (partial sums per part of the queries), one pass over the key blocks forms dk and dv,
-// and the gradient of the keys' constant c goes to its tied entries at the end. Causal, per head:
-// a forward pass over the chunks (the state S as in the forward) forms dq and keeps dn, dz
-// (L × (e + 1)); a reverse pass with the suffix sums R = Σ_{i in later chunks} φ(q_i) ⊗ dn_i
-// forms dk and dv. Features are recomputed in every pass; nothing of size L × m is stored.
+// and the gradient of the keys' constant c goes to its tied entries at the end. Causal:
+// cpu/performer_causal_backward_cpu.cpp. Features are recomputed in every pass; nothing of size
+// L × m is stored.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_ops.hpp"
@@ -27,8 +27,6 @@
 namespace sketchcore::detail {
 
 namespace performer {
-
-namespace {
 
 /// dz = −(dout·out)/z into dz and dn = dout/z into `go` (in place), both 0 where z < tiny.
 ///
@@ -95,6 +93,8 @@ T features_backward(const FeatureMap<T>& map, std::int64_t n, const T* x, const 
   }
   return -total;
 }
+
+namespace {
 
 template <class T>
 class NonCausalBackward {
@@ -261,125 +261,6 @@ class NonCausalBackward {
 };
 
 template <class T>
-void causal_backward(const PerformerProblem& p, const TensorView& grad_out, const PerformerGradients& grads) {
-  const FeatureMap<T> map(p, pgemm::best_isa());
-  const std::int64_t heads = p.batch * p.heads, m = p.num_features, e = p.value_dim, d = p.dim, L = p.queries;
-  const std::int64_t chunks = (L + kChunk - 1) / kChunk;
-  parallel_for(heads, 1, [&](std::int64_t begin, std::int64_t end) {
-    BlockBuffers<T> buf(map.wt.isa());
-    buf.reserve(kChunk, d, m, e);
-    Buffer<T> state_storage, saved_storage;
-    pgemm::PackedB<T> packed(map.wt.isa());
-    std::vector<std::int64_t> hits;
-    for (std::int64_t bh = begin; bh < end; ++bh) {
-      const std::int64_t b = bh / p.heads, h = bh % p.heads;
-      const Rows q = slice(p.q, b, h), k = slice(p.k, b, h);
-      T* S = state_storage.get(m * e + m);
-      T* Sden = S + m * e;
-      T* Dn = saved_storage.get(L * e + L);  // dn (L × e) and dz (L) of the forward-direction pass
-      T* Dz = Dn + L * e;
-      T *fq = buf.f(), *fk = buf.f2(), *gq = buf.g(), *dash = buf.g2(), *dphi = buf.h(), *P = buf.p(), *dP = buf.dp();
-      // Forward direction: z, dn, dz, dq.
-      std::fill(S, S + m * e + m, T(0));
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        const std::int64_t t0 = c * kChunk, n = std::min(kChunk, L - t0);
-        T *z = buf.rows_c(), *dz = Dz + t0, *dn = Dn + t0 * e;
-        dash_of_rows(map, k, t0, n, buf.x(), fk, buf.ws);
-        const T* a = read_weights(p.key_weights, b, 0, t0, n, buf.rows_b());
-        causal_key_features(map, n, fk, fk, fk, buf.x(), buf.rows_a(), a);
-        dash_of_rows(map, q, t0, n, buf.x(), dash, buf.ws);
-        query_features(map, n, dash, gq, fq, buf.x(), buf.rows_a(), buf.rows_b());
-        read_values(p, b, h, t0, n, buf);
-        if (c > 0) {
-          row_dots(n, m, fq, Sden, z);
-        } else {
-          std::fill(z, z + n, T(0));
-        }
-        pgemm::multiply<T>(n, n, m, {fq, m}, {fk, m, true}, P, n, false, buf.ws, pgemm::Band::lower_tiles);
-        mask_upper(n, P);
-        for (std::int64_t i = 0; i < n; ++i) {
-          T s = 0;
-          for (std::int64_t j = 0; j <= i; ++j) s += P[i * n + j];
-          z[i] += s;
-        }
-        read_rows<T>(slice(grad_out, b, h), t0, n, e, T(1), dn, e);
-        read_rows<T>(slice(p.out, b, h), t0, n, e, T(1), buf.o2(), e);
-        output_gradients(n, e, z, buf.o2(), dn, dz);
-        if (grads.q) {
-          // dP = dn·V'ᵀ + dz (j ≤ i); dφq = dn·Sᵀ + dz ⊗ S_den + dP·φk'.
-          pgemm::multiply<T>(n, n, e, {dn, e}, {buf.v(), e, true}, dP, n, false, buf.ws, pgemm::Band::lower_tiles);
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t j = 0; j <= i; ++j) dP[i * n + j] += dz[i];
-          }
-          mask_upper(n, dP);
-          if (c > 0) {
-            packed.pack(e, m, {S, e, true});
-            pgemm::multiply<T>(n, {dn, e}, packed, dphi, m, false, buf.ws);
-            add_outer(n, m, dz, Sden, dphi);
-          } else {
-            std::fill(dphi, dphi + n * m, T(0));
-          }
-          pgemm::multiply<T>(n, m, n, {dP, n}, {fk, m}, dphi, m, true, buf.ws, pgemm::Band::k_upto_row);
-          features_backward(map, n, buf.x(), gq, map.alpha_q, dphi, dash, buf.rows_b(), buf, hits);
-          write_rows<T>(buf.dx(), d, n, d, map.x_scale, slice(*grads.q, b, h), t0);
-        }
-        pgemm::multiply<T>(m, e, n, {fk, m, true}, {buf.v(), e}, S, e, true, buf.ws);
-        col_sums(n, m, fk, static_cast<const T*>(nullptr), Sden, true);
-      }
-      if (!grads.k && !grads.v) continue;
-      // Reverse direction: R = Σ_{later chunks} φq ⊗ dn (S reused), R_den.
-      T* R = S;
-      T* Rden = Sden;
-      std::fill(R, R + m * e + m, T(0));
-      for (std::int64_t c = chunks - 1; c >= 0; --c) {
-        const std::int64_t t0 = c * kChunk, n = std::min(kChunk, L - t0);
-        const T *dz = Dz + t0, *dn = Dn + t0 * e;
-        dash_of_rows(map, q, t0, n, buf.x(), fq, buf.ws);
-        query_features(map, n, fq, fq, fq, buf.x(), buf.rows_a(), buf.rows_b());
-        dash_of_rows(map, k, t0, n, buf.x(), dash, buf.ws);
-        const T* a = read_weights(p.key_weights, b, 0, t0, n, buf.rows_b());
-        causal_key_features(map, n, dash, gq, fk, buf.x(), buf.rows_a(), a);
-        read_values(p, b, h, t0, n, buf);
-        pgemm::multiply<T>(n, n, m, {fq, m}, {fk, m, true}, P, n, false, buf.ws, pgemm::Band::lower_tiles);
-        mask_upper(n, P);
-        const bool later = c + 1 < chunks;
-        if (grads.v) {  // d(w v) = φk'·R + Pᵀ·dn
-          if (later) {
-            packed.pack(m, e, {R, e});
-            pgemm::multiply<T>(n, {fk, m}, packed, buf.o(), e, false, buf.ws);
-          } else {
-            std::fill(buf.o(), buf.o() + n * e, T(0));
-          }
-          pgemm::multiply<T>(n, e, n, {P, n, true}, {dn, e}, buf.o(), e, true, buf.ws, pgemm::Band::k_from_row);
-          scale_rows(n, e, p.value_weights ? buf.rows_d() : static_cast<const T*>(nullptr), buf.o());
-          write_rows<T>(buf.o(), e, n, e, T(1), slice(*grads.v, b, h), t0);
-        }
-        if (grads.k) {  // dφk' = V'·Rᵀ + R_den + dPᵀ·φq, dφk = a·dφk'
-          pgemm::multiply<T>(n, n, e, {dn, e}, {buf.v(), e, true}, dP, n, false, buf.ws, pgemm::Band::lower_tiles);
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t j = 0; j <= i; ++j) dP[i * n + j] += dz[i];
-          }
-          mask_upper(n, dP);
-          if (later) {
-            packed.pack(e, m, {R, e, true});
-            pgemm::multiply<T>(n, {buf.v(), e}, packed, dphi, m, false, buf.ws);
-            add_outer(n, m, static_cast<const T*>(nullptr), Rden, dphi);
-          } else {
-            std::fill(dphi, dphi + n * m, T(0));
-          }
-          pgemm::multiply<T>(n, m, n, {dP, n, true}, {fq, m}, dphi, m, true, buf.ws, pgemm::Band::k_from_row);
-          scale_rows(n, m, a, dphi);
-          features_backward(map, n, buf.x(), gq, map.alpha_k, dphi, dash, static_cast<const T*>(nullptr), buf, hits);
-          write_rows<T>(buf.dx(), d, n, d, map.x_scale, slice(*grads.k, b, h), t0);
-        }
-        pgemm::multiply<T>(m, e, n, {fq, m, true}, {dn, e}, R, e, true, buf.ws);
-        col_sums(n, m, fq, dz, Rden, true);
-      }
-    }
-  });
-}
-
-template <class T>
 void backward(const PerformerProblem& p, const TensorView& grad_out, const PerformerGradients& grads) {
   const auto zero = [](const std::optional<TensorView>& t) {
     if (!t || t->numel() == 0) return;
@@ -407,6 +288,15 @@ void backward(const PerformerProblem& p, const TensorView& grad_out, const Perfo
 }
 
 }  // namespace
+
+#define SKETCHCORE_PERFORMER_GRADS(T)                                                                            \
+  template void output_gradients<T>(std::int64_t, std::int64_t, const T*, const T*, T*, T*);                     \
+  template void scale_rows<T>(std::int64_t, std::int64_t, const T*, T*);                                         \
+  template T features_backward<T>(const FeatureMap<T>&, std::int64_t, const T*, const T*, T, T*, const T*,       \
+                                  const T*, BlockBuffers<T>&, std::vector<std::int64_t>&);
+
+SKETCHCORE_PERFORMER_GRADS(float)
+SKETCHCORE_PERFORMER_GRADS(double)
 
 }  // namespace performer
 

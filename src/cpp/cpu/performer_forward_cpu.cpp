@@ -174,6 +174,59 @@ void causal_key_features(const FeatureMap<T>& map, std::int64_t n, const T* dash
   affine(n, map.m, g, map.alpha_k, map.beta_k, a, phi);
 }
 
+CausalParts CausalParts::of(const PerformerProblem& p) {
+  constexpr std::int64_t kBusyHeads = 8;
+  CausalParts parts;
+  const std::int64_t heads = std::max<std::int64_t>(1, p.batch * p.heads);
+  const std::int64_t chunks = std::max<std::int64_t>(1, (p.queries + kChunk - 1) / kChunk);
+  parts.count = std::clamp<std::int64_t>((kBusyHeads + heads - 1) / heads, 1, chunks);
+  parts.length = (chunks + parts.count - 1) / parts.count * kChunk;
+  parts.count = std::max<std::int64_t>(1, (p.queries + parts.length - 1) / parts.length);
+  return parts;
+}
+
+template <class T>
+void add_causal_key_state(const PerformerProblem& p, const FeatureMap<T>& map, std::int64_t b, std::int64_t h,
+                          std::int64_t t0, std::int64_t t1, BlockBuffers<T>& buf, T* S) {
+  const std::int64_t m = p.num_features, e = p.value_dim;
+  const Rows k = slice(p.k, b, h);
+  for (std::int64_t j0 = t0; j0 < t1; j0 += kChunk) {
+    const std::int64_t n = std::min(kChunk, t1 - j0);
+    T* fk = buf.f2();
+    dash_of_rows(map, k, j0, n, buf.x(), fk, buf.ws);
+    const T* a = read_weights(p.key_weights, b, 0, j0, n, buf.rows_b());
+    causal_key_features(map, n, fk, fk, fk, buf.x(), buf.rows_a(), a);
+    read_values(p, b, h, j0, n, buf);
+    pgemm::multiply<T>(m, e, n, {fk, m, true}, {buf.v(), e}, S, e, true, buf.ws);
+    col_sums(n, m, fk, static_cast<const T*>(nullptr), S + m * e, true);
+  }
+}
+
+template <class T>
+void causal_states_before(const PerformerProblem& p, const FeatureMap<T>& map, CausalParts parts, T* before) {
+  const std::int64_t heads = p.batch * p.heads, size = p.num_features * p.value_dim + p.num_features;
+  // Slot part + 1 gets the sums of part `part`'s own keys, then a running sum makes them prefixes.
+  parallel_for(heads * (parts.count - 1), 1, [&](std::int64_t begin, std::int64_t end) {
+    BlockBuffers<T> buf(map.wt.isa());
+    buf.reserve(kChunk, p.dim, p.num_features, p.value_dim);
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t bh = item / (parts.count - 1), part = item % (parts.count - 1);
+      T* S = before + (bh * parts.count + part + 1) * size;
+      std::fill(S, S + size, T(0));
+      add_causal_key_state(p, map, bh / p.heads, bh % p.heads, part * parts.length,
+                           std::min(p.queries, (part + 1) * parts.length), buf, S);
+    }
+  });
+  for (std::int64_t bh = 0; bh < heads; ++bh) {
+    T* first = before + bh * parts.count * size;
+    std::fill(first, first + size, T(0));
+    for (std::int64_t part = 1; part < parts.count; ++part) {
+      T* S = first + part * size;
+      for (std::int64_t i = 0; i < size; ++i) S[i] += S[i - size];
+    }
+  }
+}
+
 template <class T>
 void divide_rows(std::int64_t n, std::int64_t e, T* o, const T* z) {
   const T tiny = std::numeric_limits<T>::min();
@@ -221,19 +274,31 @@ template <class T>
 void causal_forward(const PerformerProblem& p) {
   const FeatureMap<T> map(p, pgemm::best_isa());
   const std::int64_t heads = p.batch * p.heads, m = p.num_features, e = p.value_dim, d = p.dim, L = p.queries;
-  parallel_for(heads, 1, [&](std::int64_t begin, std::int64_t end) {
+  const CausalParts parts = CausalParts::of(p);
+  const std::int64_t size = m * e + m;
+  Scratch<T> before;
+  if (parts.count > 1) {
+    before.allocate(heads * parts.count * size);
+    causal_states_before(p, map, parts, before.data());
+  }
+  parallel_for(heads * parts.count, 1, [&](std::int64_t begin, std::int64_t end) {
     BlockBuffers<T> buf(map.wt.isa());
     buf.reserve(kChunk, d, m, e);
     Buffer<T> state_storage;
     pgemm::PackedB<T> packed(map.wt.isa());
-    for (std::int64_t bh = begin; bh < end; ++bh) {
-      const std::int64_t b = bh / p.heads, h = bh % p.heads;
-      T* S = state_storage.get(m * e + m);
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t bh = item / parts.count, part = item % parts.count, b = bh / p.heads, h = bh % p.heads;
+      T* S = state_storage.get(size);
       T* Sden = S + m * e;
-      std::fill(S, S + m * e + m, T(0));
+      if (parts.count > 1) {
+        std::copy(before.data() + item * size, before.data() + (item + 1) * size, S);
+      } else {
+        std::fill(S, S + size, T(0));
+      }
       const Rows q = slice(p.q, b, h), k = slice(p.k, b, h), out = slice(p.out, b, h);
-      for (std::int64_t t0 = 0; t0 < L; t0 += kChunk) {
-        const std::int64_t n = std::min(kChunk, L - t0);
+      const std::int64_t t_end = std::min(L, (part + 1) * parts.length);
+      for (std::int64_t t0 = part * parts.length; t0 < t_end; t0 += kChunk) {
+        const std::int64_t n = std::min(kChunk, t_end - t0);
         T *fq = buf.f(), *fk = buf.f2(), *P = buf.p(), *O = buf.o(), *z = buf.rows_c();
         dash_of_rows(map, q, t0, n, buf.x(), fq, buf.ws);
         query_features(map, n, fq, fq, fq, buf.x(), buf.rows_a(), buf.rows_b());
@@ -307,7 +372,10 @@ void BlockBuffers<T>::reserve(std::int64_t rows, std::int64_t d, std::int64_t m,
   template void causal_key_features<T>(const FeatureMap<T>&, std::int64_t, const T*, T*, T*, const T*, T*,      \
                                        const T*);                                                               \
   template void divide_rows<T>(std::int64_t, std::int64_t, T*, const T*);                                        \
-  template void mask_upper<T>(std::int64_t, T*);
+  template void mask_upper<T>(std::int64_t, T*);                                                                \
+  template void causal_states_before<T>(const PerformerProblem&, const FeatureMap<T>&, CausalParts, T*);       \
+  template void add_causal_key_state<T>(const PerformerProblem&, const FeatureMap<T>&, std::int64_t,           \
+                                        std::int64_t, std::int64_t, std::int64_t, BlockBuffers<T>&, T*);
 
 SKETCHCORE_PERFORMER_PASSES(float)
 SKETCHCORE_PERFORMER_PASSES(double)

@@ -71,6 +71,27 @@ class KeyPasses {
   std::vector<T> c_;
 };
 
+/// Causal attention's parts: consecutive chunks of a head processed by separate threads, each from
+/// the sums over the parts before it (forward) or after it (the backward's reverse pass). From the
+/// shapes only (results do not depend on the thread count): enough parts that B·H·parts ≥ 8, one
+/// part (no extra pass) when there are 8 heads or more.
+struct CausalParts {
+  std::int64_t count = 1;   ///< parts per head
+  std::int64_t length = 0;  ///< tokens per part, whole chunks
+  static CausalParts of(const PerformerProblem& p);
+};
+
+/// Into before[(bh·parts + part)·(m·e + m) …]: the state S, S_den before each part, the sums over the
+/// earlier parts' keys of φ'(k) ⊗ w·v and φ'(k) (zero for the first part).
+template <class T>
+void causal_states_before(const PerformerProblem& p, const FeatureMap<T>& map, CausalParts parts, T* before);
+
+/// The sums of the causal key state over the chunks of rows [t0, t1) of head (b, h) added into S
+/// (m × e) and S_den (m).
+template <class T>
+void add_causal_key_state(const PerformerProblem& p, const FeatureMap<T>& map, std::int64_t b, std::int64_t h,
+                          std::int64_t t0, std::int64_t t1, BlockBuffers<T>& buf, T* S);
+
 /// Weights of rows [row0, row0 + n) of head (b, h) into dst, or null without weights.
 template <class T>
 const T* read_weights(const TensorView* weights, std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t n,
@@ -101,6 +122,26 @@ std::vector<pgemm::PackedB<T>> packed_operands(std::int64_t count, pgemm::Isa is
   for (std::int64_t i = 0; i < count; ++i) packed.emplace_back(isa);
   return packed;
 }
+
+// --- the backward's pieces (cpu/performer_backward_cpu.cpp) ---------------------------------------
+
+/// dz = −(dout·out)/z into dz and dn = dout/z into `go` (in place), both 0 where z < tiny.
+template <class T>
+void output_gradients(std::int64_t n, std::int64_t e, const T* z, const T* out, T* go, T* dz);
+
+/// Rows of a row-major block scaled by per-row weights (in place); w null: nothing.
+template <class T>
+void scale_rows(std::int64_t n, std::int64_t cols, const T* w, T* a);
+
+/// The gradient of a block's rows x from dφ in `dphi` (consumed) into buf.dx() (dx' before the
+/// x_scale); see cpu/performer_backward_cpu.cpp. Returns the gradient of the softmax shift.
+template <class T>
+T features_backward(const FeatureMap<T>& map, std::int64_t n, const T* x, const T* g, T alpha, T* dphi,
+                    const T* dash, const T* top, BlockBuffers<T>& buf, std::vector<std::int64_t>& hits);
+
+/// The causal backward (cpu/performer_causal_backward_cpu.cpp).
+template <class T>
+void causal_backward(const PerformerProblem& p, const TensorView& grad_out, const PerformerGradients& grads);
 
 /// o[i, ·] /= max(z[i], tiny).
 template <class T>
