@@ -223,6 +223,78 @@ def sketch_case(rng):
     return Case(description, valid, run, check)
 
 
+def _performer_reference(q, k, v, W, kernel, causal, kw, vw):
+    """Performer attention by the quadratic formula in float64 (sketchcore.performer_attention's)."""
+    q, k, v, W = (np.asarray(a, np.float64) for a in (q, k, v, W))
+    m, d = W.shape
+
+    def phi(x, query):
+        if kernel == "relu":
+            return np.maximum(x @ W.T / np.sqrt(m), 0) + 1e-5
+        x = x * d ** -0.25
+        dash = x @ W.T
+        diag = (x ** 2).sum(-1, keepdims=True) / 2
+        if query:
+            return (np.exp(dash - diag - dash.max(-1, keepdims=True)) + 1e-5) / np.sqrt(m)
+        if causal:
+            return np.exp(dash - diag - (W ** 2).sum(-1).max() / 2) / np.sqrt(m)
+        top = dash.max(axis=(-1, -2), keepdims=True) if dash.size else 0.0
+        return (np.exp(dash - diag - top) + 1e-5) / np.sqrt(m)
+    scores = np.einsum("bhlf,bhsf->bhls", phi(q, True), phi(k, False))
+    if kw is not None:
+        scores = scores * np.asarray(kw, np.float64)[:, None, None, :]
+    if causal:
+        scores = scores * np.tril(np.ones(scores.shape[-2:]))
+    weights = 1.0 if vw is None else np.asarray(vw, np.float64)[:, :, None, :]
+    numerator = np.einsum("bhls,bhse->bhle", scores * weights, v)
+    return numerator / np.maximum(scores.sum(-1, keepdims=True), np.finfo(np.float64).tiny)
+
+
+def performer_case(rng):
+    """performer_attention with valid and broken shapes, dtypes, kernels and causal lengths."""
+    dtype = np.float64 if _maybe(rng, 0.6) else np.float32
+    B, H, L, S, d, e, m = (int(v) for v in (rng.integers(0, 3), rng.integers(1, 3), rng.integers(0, 9),
+                                          rng.integers(0, 9), rng.integers(1, 6), rng.integers(0, 5),
+                                          rng.integers(1, 8)))
+    kernel = str(rng.choice(["softmax", "relu"]))
+    causal = _maybe(rng, 0.5)
+    if causal:
+        S = L
+    valid, notes = True, []
+    q, k, v, W = (_array(rng, shape, dtype) for shape in ((B, H, L, d), (B, H, S, d), (B, H, S, e), (m, d)))
+    kw = (rng.random((B, S)) > 0.3).astype(dtype) if _maybe(rng, 0.3) else None
+    vw = rng.random((B, H, S)).astype(dtype) if _maybe(rng, 0.3) else None
+    bad = rng.integers(0, 12)
+    if bad == 0:
+        k, valid = _array(rng, (B, H, S, d + 1), dtype), False
+    elif bad == 1:
+        W, valid = _array(rng, (m, d, 1), dtype), False
+    elif bad == 2 and L + 1 != S:
+        k, v, valid = _array(rng, (B, H, L + 1, d), dtype), _array(rng, (B, H, L + 1, e), dtype), not causal
+        notes.append("S = L + 1")
+        if kw is not None or vw is not None:
+            kw = vw = None
+    elif bad == 3:
+        kernel, valid = str(rng.choice(["exp", "Softmax", ""])), False
+    elif bad == 4:
+        v, valid = v.astype(np.float32 if dtype == np.float64 else np.float64), False
+    elif bad == 5:
+        kw, valid = rng.random((B, S + 1)), False
+    q, k, v, W = (_layout(rng, a) for a in (q, k, v, W))
+    description = (f"performer_attention(q{q.shape}, k{k.shape}, v{v.shape}, W{W.shape} {np.dtype(dtype)}, {kernel}, "
+                   f"causal={causal}, kw={None if kw is None else kw.shape}, vw={None if vw is None else vw.shape}) "
+                   f"{notes}")
+
+    def check(out):
+        if kernel == "softmax" and not causal and k.shape[2] == 0:
+            return bool(np.all(np.asarray(out) == 0))  # no keys: 0/tiny
+        expected = _performer_reference(q, k, v, W, kernel, causal, kw, vw)
+        return _close(out, expected, dtype)
+
+    return Case(description, valid, lambda: sketchcore.performer_attention(
+        q, k, v, W, kernel=kernel, causal=causal, key_weights=kw, value_weights=vw), check)
+
+
 def huge_case(rng):
     """Stride-0 torch views whose extents overflow 64-bit sizes: always refused."""
     # torch's own numel must fit (a + b + log2 d ≤ 62); the bytes (×4) often do not.
@@ -235,7 +307,8 @@ def huge_case(rng):
     return Case(description, False, lambda: sketchcore.sketched_matmul(x, S, U))
 
 
-MAKERS = [matmul_case] * 5 + [backward_case] * 2 + [sketch_case] * 2 + ([huge_case] if torch is not None else [])
+MAKERS = ([matmul_case] * 5 + [backward_case] * 2 + [sketch_case] * 2 + [performer_case] * 2
+          + ([huge_case] if torch is not None else []))
 
 
 def verdict(case):
