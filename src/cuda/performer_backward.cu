@@ -18,9 +18,9 @@
 
 namespace sketchcore::cuda::performer {
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    query_grad_kernel(Args<T, C> a, Parts parts, const C* state, C* ds_partial) {
+    query_grad_kernel(Args<C> a, Parts parts, const C* state, C* ds_partial) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   constexpr int RB = 16 * RR;
@@ -52,10 +52,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (long long i0 = i_begin; i0 < i_end; i0 += RB) {
     const int n = static_cast<int>(min(static_cast<long long>(RB), i_end - i0));
     __syncthreads();
-    load_rows<T, C>(X, ldx, a.q, b, h, i0, n, RB, d, d, a.x_scale);
-    load_rows<T, C>(G, ldv, a.grad_out, b, h, i0, n, RB, e, e_pad, C(1));
-    load_rows<T, C>(O, ldv, Heads<const T>{a.out.data, a.out.sb, a.out.sh, a.out.sr, a.out.sc}, b, h, i0, n, RB, e,
-                    e_pad, C(1));
+    load_rows<C>(X, ldx, a.q, a.storage, b, h, i0, n, RB, d, d, a.x_scale);
+    load_rows<C>(G, ldv, a.grad_out, a.storage, b, h, i0, n, RB, e, e_pad, C(1));
+    load_rows<C>(O, ldv, a.out, a.storage, b, h, i0, n, RB, e, e_pad, C(1));
     __syncthreads();
     if (a.softmax) half_square_norms(diag, X, ldx, n, d);
     dash_rows<RR>(E, ldf, X, ldx, a.W, m, d, stage, lds);
@@ -87,14 +86,15 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       C acc[RR][4];
       zero(acc);
-      product(acc, 0, e, [&](int i, int c) { return G[i * ldv + c]; }, [&](int c, int j) { return stage[j * lds + c]; });
+      product(acc, 0, e, [&](int i, int c) { return G[i * ldv + c]; },
+              [&](int c, int j) { return stage[j * lds + c]; });
       for_tile(acc, [&](int i, int j, C value) {
         if (f0 + j < m) dF[i * ldf + f0 + j] = value + dz[i] * Sden[f0 + j];
       });
     }
     __syncthreads();
     features_grad(dF, E, ldf, n, m, a.softmax, alpha, a.inv_sqrt_m, sums, ties, flags);
-    input_grad<RR>(a.dq, b, h, i0, n, dF, ldf, X, ldx, sums, a.softmax, a.W, m, d, a.x_scale, stage, lds);
+    input_grad<RR>(a.dq, a.storage, b, h, i0, n, dF, ldf, X, ldx, sums, a.softmax, a.W, m, d, a.x_scale, stage, lds);
   }
 }
 
@@ -124,9 +124,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    key_grad_kernel(Args<T, C> a, Parts parts, const C* ds, const C* constant, C* dc, long long* ties, int* tie_count,
+    key_grad_kernel(Args<C> a, Parts parts, const C* ds, const C* constant, C* dc, long long* ties, int* tie_count,
                     int capacity) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (long long j0 = j_begin; j0 < j_end; j0 += RB) {
     const int n = static_cast<int>(min(static_cast<long long>(RB), j_end - j0));
     __syncthreads();
-    load_rows<T, C>(X, ldx, a.k, b, h, j0, n, RB, d, d, a.x_scale);
-    load_rows<T, C>(V, ldv, a.v, b, h, j0, n, RB, e, e_pad, C(1));
+    load_rows<C>(X, ldx, a.k, a.storage, b, h, j0, n, RB, d, d, a.x_scale);
+    load_rows<C>(V, ldv, a.v, a.storage, b, h, j0, n, RB, e, e_pad, C(1));
     load_weights(kw, a.key_w, static_cast<long long>(b) * a.S, j0, n, RB);
     load_weights(vw, a.value_w, (static_cast<long long>(b) * a.H + h) * a.S, j0, n, RB);
     for (int i = static_cast<int>(threadIdx.x); i < RB; i += kBlockThreads) sums[i] = 0;
@@ -235,14 +235,16 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int u = 0; u < kMaxValueTiles; ++u) {
       if (u < et_count && a.dv.data) {
         for_tile(dv[u], [&](int i, int col, C value) {
-          if (i < n && u * kTile + col < e) *a.dv.at(b, h, j0 + i, u * kTile + col) = Element<T>::store(vw[i] * value);
+          if (i < n && u * kTile + col < e) {
+            store_element<C>(a.dv, a.storage, b, h, j0 + i, u * kTile + col, vw[i] * value);
+          }
         });
       }
       if (u < dt_count && a.dk.data) {
         for_tile(dk[u], [&](int i, int col, C value) {
           if (i < n && u * kTile + col < d) {
             if (a.softmax) value -= sums[i] * X[i * ldx + u * kTile + col];
-            *a.dk.at(b, h, j0 + i, u * kTile + col) = Element<T>::store(value * a.x_scale);
+            store_element<C>(a.dk, a.storage, b, h, j0 + i, u * kTile + col, value * a.x_scale);
           }
         });
       }
@@ -257,9 +259,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C>
+template <class C>
 __global__ void __launch_bounds__(kBlockThreads)
-    tie_fixup_kernel(Args<T, C> a, int part_count, const C* constant, const C* dc, const long long* ties,
+    tie_fixup_kernel(Args<C> a, int part_count, const C* constant, const C* dc, const long long* ties,
                      const int* tie_count, int capacity) {
   extern __shared__ unsigned char smem_raw[];
   C* x = reinterpret_cast<C*>(smem_raw);  // one key's x' (d)
@@ -272,9 +274,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   const C share = total / static_cast<C>(count);
   const auto apply = [&](long long j, int f) {  // dk_j += x_scale·share·W_f, one row at a time
     for (int col = static_cast<int>(threadIdx.x); col < d; col += kBlockThreads) {
-      T* p = a.dk.at(b, h, j, col);
-      const C value = static_cast<C>(Element<T>::load(*p)) + a.x_scale * share * a.W[static_cast<long long>(f) * d + col];
-      *p = Element<T>::store(value);
+      const C value = load_element<C>(a.dk, a.storage, b, h, j, col) +
+                      a.x_scale * share * a.W[static_cast<long long>(f) * d + col];
+      store_element<C>(a.dk, a.storage, b, h, j, col, value);
     }
     __syncthreads();
   };
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (long long j = 0; j < a.S; ++j) {
     __syncthreads();
     for (int col = static_cast<int>(threadIdx.x); col < d; col += kBlockThreads) {
-      x[col] = static_cast<C>(Element<T>::load(*a.k.at(b, h, j, col))) * a.x_scale;
+      x[col] = load_element<C>(a.k, a.storage, b, h, j, col) * a.x_scale;
     }
     if (threadIdx.x == 0) hits = 0;
     __syncthreads();
@@ -317,21 +319,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C>
-void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
+template <class C>
+void launch_key_grad(const Args<C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
                      int* tie_count, int capacity, int rr, std::size_t smem, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H);
-  const auto kernel = rr == 4 ? key_grad_kernel<T, C, 4> : rr == 2 ? key_grad_kernel<T, C, 2>
-                                                                    : key_grad_kernel<T, C, 1>;
+  const auto kernel = rr == 4 ? key_grad_kernel<C, 4> : rr == 2 ? key_grad_kernel<C, 2>
+                                                                    : key_grad_kernel<C, 1>;
   allow_smem(kernel, smem);
   kernel<<<grid, kBlockThreads, smem, stream>>>(args, parts, ds, constant, dc, ties, tie_count, capacity);
   check(cudaGetLastError(), "key_grad_kernel");
 }
 
-template <class T, class C>
-void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
+template <class C>
+void launch_tie_fixup(const Args<C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
                       const int* tie_count, int capacity, cudaStream_t stream) {
-  tie_fixup_kernel<T, C><<<args.B * args.H, kBlockThreads, sizeof(C) * args.d, stream>>>(
+  tie_fixup_kernel<C><<<args.B * args.H, kBlockThreads, sizeof(C) * args.d, stream>>>(
       args, part_count, constant, dc, ties, tie_count, capacity);
   check(cudaGetLastError(), "tie_fixup_kernel");
 }
@@ -350,29 +352,27 @@ void launch_suffix(const C* partial, int heads, int part_count, long long size, 
   check(cudaGetLastError(), "suffix_kernel");
 }
 
-template <class T, class C>
-void launch_query_grad(const Args<T, C>& args, Parts parts, const C* state, C* ds_partial, int rr, std::size_t smem,
+template <class C>
+void launch_query_grad(const Args<C>& args, Parts parts, const C* state, C* ds_partial, int rr, std::size_t smem,
                        cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H);
-  const auto kernel = rr == 4 ? query_grad_kernel<T, C, 4> : rr == 2 ? query_grad_kernel<T, C, 2>
-                                                                      : query_grad_kernel<T, C, 1>;
+  const auto kernel = rr == 4 ? query_grad_kernel<C, 4> : rr == 2 ? query_grad_kernel<C, 2>
+                                                                      : query_grad_kernel<C, 1>;
   allow_smem(kernel, smem);
   kernel<<<grid, kBlockThreads, smem, stream>>>(args, parts, state, ds_partial);
   check(cudaGetLastError(), "query_grad_kernel");
 }
 
-#define SKETCHCORE_PERFORMER_BACKWARD(T, C)                                                                     \
-  template void launch_query_grad<T, C>(const Args<T, C>&, Parts, const C*, C*, int, std::size_t, cudaStream_t); \
-  template void launch_key_grad<T, C>(const Args<T, C>&, Parts, const C*, const C*, C*, long long*, int*, int, int, \
+#define SKETCHCORE_PERFORMER_BACKWARD(C)                                                                     \
+  template void launch_query_grad<C>(const Args<C>&, Parts, const C*, C*, int, std::size_t, cudaStream_t); \
+  template void launch_key_grad<C>(const Args<C>&, Parts, const C*, const C*, C*, long long*, int*, int, int, \
                                       std::size_t, cudaStream_t);                                               \
-  template void launch_tie_fixup<T, C>(const Args<T, C>&, int, const C*, const C*, const long long*, const int*,  \
+  template void launch_tie_fixup<C>(const Args<C>&, int, const C*, const C*, const long long*, const int*,  \
                                        int,                                                                     \
                                        cudaStream_t);
 
-SKETCHCORE_PERFORMER_BACKWARD(__half, float)
-SKETCHCORE_PERFORMER_BACKWARD(__nv_bfloat16, float)
-SKETCHCORE_PERFORMER_BACKWARD(float, float)
-SKETCHCORE_PERFORMER_BACKWARD(double, double)
+SKETCHCORE_PERFORMER_BACKWARD(float)
+SKETCHCORE_PERFORMER_BACKWARD(double)
 
 template void launch_sum_parts<float>(const float*, int, int, long long, float*, cudaStream_t);
 template void launch_sum_parts<double>(const double*, int, int, long long, double*, cudaStream_t);

@@ -53,11 +53,11 @@ struct CausalSmem {
 
 /// Query rows [t0, t0 + n): x' into s.X, dash and then g into `g` (with the maxima's flags and
 /// counts when `flags`), φ into `phi` when not null.
-template <int RR, class T, class C>
-__device__ void query_block(const Args<T, C>& a, int b, int h, long long t0, int n, CausalSmem<C, 16 * RR>& s, C* g,
+template <int RR, class C>
+__device__ void query_block(const Args<C>& a, int b, int h, long long t0, int n, CausalSmem<C, 16 * RR>& s, C* g,
                             C* phi, bool flags) {
   constexpr int RB = 16 * RR;
-  load_rows<T, C>(s.X, s.ldx, a.q, b, h, t0, n, RB, a.d, a.d, a.x_scale);
+  load_rows<C>(s.X, s.ldx, a.q, a.storage, b, h, t0, n, RB, a.d, a.d, a.x_scale);
   __syncthreads();
   if (a.softmax) half_square_norms(s.diag, s.X, s.ldx, n, a.d);
   dash_rows<RR>(g, s.ldf, s.X, s.ldx, a.W, a.m, a.d, s.stage, s.lds);
@@ -76,13 +76,13 @@ __device__ void query_block(const Args<T, C>& a, int b, int h, long long t0, int
 
 /// Key rows [t0, t0 + n): x' into s.X, g (the causal key exponentials, or relu) into `g`, φ' =
 /// a·α(g + β) into `phi` when not null; the key and value weights into s.kw, s.vw; w·v into s.V.
-template <int RR, class T, class C>
-__device__ void key_block(const Args<T, C>& a, int b, int h, long long t0, int n, CausalSmem<C, 16 * RR>& s, C* g,
+template <int RR, class C>
+__device__ void key_block(const Args<C>& a, int b, int h, long long t0, int n, CausalSmem<C, 16 * RR>& s, C* g,
                           C* phi) {
   constexpr int RB = 16 * RR;
   const int e_pad = padded(a.e);
-  load_rows<T, C>(s.X, s.ldx, a.k, b, h, t0, n, RB, a.d, a.d, a.x_scale);
-  load_rows<T, C>(s.V, s.ldv, a.v, b, h, t0, n, RB, a.e, e_pad, C(1));
+  load_rows<C>(s.X, s.ldx, a.k, a.storage, b, h, t0, n, RB, a.d, a.d, a.x_scale);
+  load_rows<C>(s.V, s.ldv, a.v, a.storage, b, h, t0, n, RB, a.e, e_pad, C(1));
   load_weights(s.kw, a.key_w, static_cast<long long>(b) * a.S, t0, n, RB);
   load_weights(s.vw, a.value_w, (static_cast<long long>(b) * a.H + h) * a.S, t0, n, RB);
   __syncthreads();
@@ -119,9 +119,9 @@ __device__ void masked_square(C* out, int ld, int n, int k, FA a, FB bt, Add add
 
 }  // namespace
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    causal_grad_q_kernel(Args<T, C> a, Parts parts, const C* state_before, C* running, C* saved) {
+    causal_grad_q_kernel(Args<C> a, Parts parts, const C* state_before, C* running, C* saved) {
   extern __shared__ unsigned char smem_raw[];
   constexpr int RB = 16 * RR;
   const int part = static_cast<int>(blockIdx.x % parts.count), bh = static_cast<int>(blockIdx.x / parts.count);
@@ -142,9 +142,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     const auto phi_q = [&](int i, int f) { return a.alpha_q * (Eq[i * s.ldf + f] + a.beta_q); };
     masked_square<RR>(s.P, s.ldp, n, m, phi_q, [&](int j, int p) { return Fk[j * s.ldf + p]; },
                       [](int) { return C(0); });
-    load_rows<T, C>(s.G, s.ldv, a.grad_out, b, h, t0, n, RB, e, e_pad, C(1));
-    load_rows<T, C>(s.O, s.ldv, Heads<const T>{a.out.data, a.out.sb, a.out.sh, a.out.sr, a.out.sc}, b, h, t0, n, RB,
-                    e, e_pad, C(1));
+    load_rows<C>(s.G, s.ldv, a.grad_out, a.storage, b, h, t0, n, RB, e, e_pad, C(1));
+    load_rows<C>(s.O, s.ldv, a.out, a.storage, b, h, t0, n, RB, e, e_pad, C(1));
     for (int i = warp_id(); i < n; i += kBlockThreads / 32) {  // z = φ(q)·S_den + Σ_{j ≤ i} P
       C sum = 0;
       for (int f = lane_id(); f < m; f += 32) sum += phi_q(i, f) * S[static_cast<long long>(m) * e + f];
@@ -178,7 +177,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
       __syncthreads();
       features_grad(dF, Eq, s.ldf, n, m, a.softmax, a.alpha_q, a.inv_sqrt_m, s.sums, s.ties, s.flags);
-      input_grad<RR>(a.dq, b, h, t0, n, dF, s.ldf, s.X, s.ldx, s.sums, a.softmax, a.W, m, a.d, a.x_scale, s.stage,
+      input_grad<RR>(a.dq, a.storage, b, h, t0, n, dF, s.ldf, s.X, s.ldx, s.sums, a.softmax, a.W, m, a.d, a.x_scale,
+                     s.stage,
                      s.lds);
     }
     __syncthreads();
@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    causal_r_parts_kernel(Args<T, C> a, Parts parts, const C* saved, C* partial) {
+    causal_r_parts_kernel(Args<C> a, Parts parts, const C* saved, C* partial) {
   extern __shared__ unsigned char smem_raw[];
   constexpr int RB = 16 * RR;
   const int part = static_cast<int>(blockIdx.x % parts.count), bh = static_cast<int>(blockIdx.x / parts.count);
@@ -225,9 +225,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    causal_grad_kv_kernel(Args<T, C> a, Parts parts, const C* r_after, C* running, const C* saved) {
+    causal_grad_kv_kernel(Args<C> a, Parts parts, const C* r_after, C* running, const C* saved) {
   extern __shared__ unsigned char smem_raw[];
   constexpr int RB = 16 * RR;
   const int part = static_cast<int>(blockIdx.x % parts.count), bh = static_cast<int>(blockIdx.x / parts.count);
@@ -292,7 +292,9 @@ __global__ void __launch_bounds__(kBlockThreads)
                 [&](int i, int c) { return s.G[i * s.ldv + u * kTile + c]; });
         if (a.dv.data) {
           for_tile(dv[u], [&](int j, int c, C value) {
-            if (j < n && u * kTile + c < e) *a.dv.at(b, h, t0 + j, u * kTile + c) = Element<T>::store(s.vw[j] * value);
+            if (j < n && u * kTile + c < e) {
+              store_element<C>(a.dv, a.storage, b, h, t0 + j, u * kTile + c, s.vw[j] * value);
+            }
           });
         }
       }
@@ -301,7 +303,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (a.dk.data) {
       features_grad(dF, Ek, s.ldf, n, m, a.softmax, a.alpha_k, a.inv_sqrt_m, s.sums, s.ties,
                     static_cast<const unsigned char*>(nullptr));
-      input_grad<RR>(a.dk, b, h, t0, n, dF, s.ldf, s.X, s.ldx, s.sums, a.softmax, a.W, m, d, a.x_scale, s.stage,
+      input_grad<RR>(a.dk, a.storage, b, h, t0, n, dF, s.ldf, s.X, s.ldx, s.sums, a.softmax, a.W, m, d, a.x_scale,
+                     s.stage,
                      s.lds);
     }
     __syncthreads();
@@ -315,39 +318,37 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 #define SKETCHCORE_PERFORMER_CAUSAL_LAUNCH(NAME, KERNEL, PARAMS, ARGS)                                         \
-  template <class T, class C>                                                                                  \
+  template <class C>                                                                                  \
   void NAME PARAMS {                                                                                           \
     const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H);                                    \
-    const auto kernel = rr == 4 ? KERNEL<T, C, 4> : rr == 2 ? KERNEL<T, C, 2> : KERNEL<T, C, 1>;              \
+    const auto kernel = rr == 4 ? KERNEL<C, 4> : rr == 2 ? KERNEL<C, 2> : KERNEL<C, 1>;              \
     allow_smem(kernel, smem);                                                                                  \
     kernel<<<grid, kBlockThreads, smem, stream>>> ARGS;                                                        \
     check(cudaGetLastError(), #KERNEL);                                                                        \
   }
 
 SKETCHCORE_PERFORMER_CAUSAL_LAUNCH(launch_causal_grad_q, causal_grad_q_kernel,
-                                   (const Args<T, C>& args, Parts parts, const C* state_before, C* running, C* saved,
+                                   (const Args<C>& args, Parts parts, const C* state_before, C* running, C* saved,
                                     int rr, std::size_t smem, cudaStream_t stream),
                                    (args, parts, state_before, running, saved))
 SKETCHCORE_PERFORMER_CAUSAL_LAUNCH(launch_causal_r_parts, causal_r_parts_kernel,
-                                   (const Args<T, C>& args, Parts parts, const C* saved, C* partial, int rr,
+                                   (const Args<C>& args, Parts parts, const C* saved, C* partial, int rr,
                                     std::size_t smem, cudaStream_t stream),
                                    (args, parts, saved, partial))
 SKETCHCORE_PERFORMER_CAUSAL_LAUNCH(launch_causal_grad_kv, causal_grad_kv_kernel,
-                                   (const Args<T, C>& args, Parts parts, const C* r_after, C* running,
+                                   (const Args<C>& args, Parts parts, const C* r_after, C* running,
                                     const C* saved, int rr, std::size_t smem, cudaStream_t stream),
                                    (args, parts, r_after, running, saved))
 
-#define SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(T, C)                                                               \
-  template void launch_causal_grad_q<T, C>(const Args<T, C>&, Parts, const C*, C*, C*, int, std::size_t,         \
+#define SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(C)                                                               \
+  template void launch_causal_grad_q<C>(const Args<C>&, Parts, const C*, C*, C*, int, std::size_t,         \
                                            cudaStream_t);                                                       \
-  template void launch_causal_r_parts<T, C>(const Args<T, C>&, Parts, const C*, C*, int, std::size_t,            \
+  template void launch_causal_r_parts<C>(const Args<C>&, Parts, const C*, C*, int, std::size_t,            \
                                             cudaStream_t);                                                      \
-  template void launch_causal_grad_kv<T, C>(const Args<T, C>&, Parts, const C*, C*, const C*, int, std::size_t,  \
+  template void launch_causal_grad_kv<C>(const Args<C>&, Parts, const C*, C*, const C*, int, std::size_t,  \
                                             cudaStream_t);
 
-SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(__half, float)
-SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(__nv_bfloat16, float)
-SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(float, float)
-SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(double, double)
+SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(float)
+SKETCHCORE_PERFORMER_CAUSAL_BACKWARD(double)
 
 }  // namespace sketchcore::cuda::performer

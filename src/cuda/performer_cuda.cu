@@ -50,8 +50,15 @@ __global__ void convert_kernel(const S* src, Layout3 layout, C* dst, long long n
   }
 }
 
-/// A compact C copy of `view` (up to 3-D; q's dtype T or float32) from the pool.
-template <class T, class C>
+template <class S, class C>
+void launch_convert(const void* src, const Layout3& layout, C* dst, long long n, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
+  convert_kernel<S, C><<<blocks, 256, 0, stream>>>(static_cast<const S*>(src), layout, dst, n);
+  check(cudaGetLastError(), "convert_kernel");
+}
+
+/// A compact C copy of `view` (up to 3-D, any dtype) from the pool.
+template <class C>
 DeviceBuffer converted(const TensorView& view, int device, cudaStream_t stream) {
   const long long n = view.numel();
   DeviceBuffer buffer(device, static_cast<std::size_t>(std::max<long long>(n, 1)) * sizeof(C), stream);
@@ -62,30 +69,34 @@ DeviceBuffer converted(const TensorView& view, int device, cudaStream_t stream) 
     layout.shape[dim] = view.size(dim);
     layout.stride[dim] = view.stride(dim);
   }
-  const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
-  if (view.dtype() == DType::float32) {
-    convert_kernel<float, C><<<blocks, 256, 0, stream>>>(static_cast<const float*>(view.data()), layout,
-                                                          buffer.as<C>(), n);
-  } else {
-    convert_kernel<T, C><<<blocks, 256, 0, stream>>>(static_cast<const T*>(view.data()), layout, buffer.as<C>(), n);
-  }
-  check(cudaGetLastError(), "convert_kernel");
+  dispatch_dtype(view.dtype(), [&](auto tag) {
+    launch_convert<decltype(tag), C>(view.data(), layout, buffer.as<C>(), n, stream);
+  });
   return buffer;
 }
 
-template <class T>
-__global__ void zero_kernel(Heads<T> dst, int heads, int H, long long rows, int cols) {
+__global__ void zero_kernel(Heads dst, performer::Storage storage, int heads, int H, long long rows, int cols) {
   const long long n = static_cast<long long>(heads) * rows * cols;
   for (long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long c = idx % cols, i = (idx / cols) % rows, bh = idx / (static_cast<long long>(cols) * rows);
-    *dst.at(static_cast<int>(bh / H), static_cast<int>(bh % H), i, static_cast<int>(c)) = T(0);
+    performer::store_element<float>(dst, storage, static_cast<int>(bh / H), static_cast<int>(bh % H), i,
+                                    static_cast<int>(c), 0.0f);
   }
 }
 
-template <class T>
-Heads<T> heads_of(const TensorView& view) {
-  return {static_cast<T*>(view.data()), view.stride(0), view.stride(1), view.stride(2), view.stride(3)};
+Heads heads_of(const TensorView& view) {
+  return {view.data(), view.stride(0), view.stride(1), view.stride(2), view.stride(3)};
+}
+
+performer::Storage storage_of(DType dtype) {
+  switch (dtype) {
+    case DType::float16: return performer::Storage::f16;
+    case DType::bfloat16: return performer::Storage::bf16;
+    case DType::float32: return performer::Storage::f32;
+    case DType::float64: break;
+  }
+  return performer::Storage::f64;
 }
 
 /// Parts of `length` tokens for `heads·groups` blocks: about kTargetBlocks blocks, whole blocks
@@ -116,10 +127,9 @@ int rows_factor(int device, Smem smem_bytes, const char* op, std::size_t* bytes)
                             std::to_string(*bytes) + " bytes");
 }
 
-template <class T>
+/// One call; C is the compute type (float for 16-bit and float32 problems, double for float64).
+template <class C>
 struct Problem {
-  using C = typename Element<T>::Compute;
-
   Problem(const detail::PerformerProblem& p, const char* op)
       : p_(p), op_(op), device_(p.q.device().index), stream_(current_stream()) {
     if (p.dim > 256 || p.value_dim > 256) {
@@ -127,14 +137,15 @@ struct Problem {
                                 "a head dimension of at most 256 on a CUDA device (d and e)",
                                 detail::describe_shape(p.dim > 256 ? p.q : p.v));
     }
-    W_ = converted<T, C>(p.features, device_, stream_);
-    if (p.key_weights) key_w_ = converted<T, C>(*p.key_weights, device_, stream_);
-    if (p.value_weights) value_w_ = converted<T, C>(*p.value_weights, device_, stream_);
+    W_ = converted<C>(p.features, device_, stream_);
+    if (p.key_weights) key_w_ = converted<C>(*p.key_weights, device_, stream_);
+    if (p.value_weights) value_w_ = converted<C>(*p.value_weights, device_, stream_);
     const bool softmax = p.options.kernel == PerformerKernel::softmax;
-    a.q = heads_of<const T>(p.q);
-    a.k = heads_of<const T>(p.k);
-    a.v = heads_of<const T>(p.v);
-    a.out = heads_of<T>(p.out);
+    a.q = heads_of(p.q);
+    a.k = heads_of(p.k);
+    a.v = heads_of(p.v);
+    a.out = heads_of(p.out);
+    a.storage = storage_of(p.q.dtype());
     a.W = W_.as<C>();
     a.key_w = p.key_weights ? key_w_.as<C>() : nullptr;
     a.value_w = p.value_weights ? value_w_.as<C>() : nullptr;
@@ -220,8 +231,9 @@ struct Problem {
   void zero(const std::optional<TensorView>& t) const {
     if (!t || t->numel() == 0) return;
     const long long n = t->numel();
-    zero_kernel<T><<<static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096)), 256, 0, stream_>>>(
-        heads_of<T>(*t), static_cast<int>(heads_), static_cast<int>(p_.heads), t->size(2), static_cast<int>(t->size(3)));
+    zero_kernel<<<static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096)), 256, 0, stream_>>>(
+        heads_of(*t), a.storage, static_cast<int>(heads_), static_cast<int>(p_.heads), t->size(2),
+        static_cast<int>(t->size(3)));
     check(cudaGetLastError(), "zero_kernel");
   }
 
@@ -233,10 +245,10 @@ struct Problem {
       zero(grads.v);
       return;
     }
-    a.grad_out = heads_of<const T>(grad_out);
-    if (grads.q) a.dq = heads_of<T>(*grads.q);
-    if (grads.k) a.dk = heads_of<T>(*grads.k);
-    if (grads.v) a.dv = heads_of<T>(*grads.v);
+    a.grad_out = heads_of(grad_out);
+    if (grads.q) a.dq = heads_of(*grads.q);
+    if (grads.k) a.dk = heads_of(*grads.k);
+    if (grads.v) a.dv = heads_of(*grads.v);
     const bool key_side = grads.k || grads.v;
     const long long size = static_cast<long long>(a.m) * a.e + a.m;
     std::size_t bytes = 0;
@@ -276,7 +288,8 @@ struct Problem {
     performer::launch_key_grad(a, kparts, ds.as<C>(), constant.as<C>(), dc.as<C>(), ties.as<long long>(),
                                tie_count.as<int>(), kTieCapacity, rk, bytes, stream_);
     if (a.softmax && grads.k) {
-      performer::launch_tie_fixup(a, kparts.count, constant.as<C>(), dc.as<C>(), ties.as<long long>(), tie_count.as<int>(),
+      performer::launch_tie_fixup(a, kparts.count, constant.as<C>(), dc.as<C>(), ties.as<long long>(),
+                                  tie_count.as<int>(),
                                   kTieCapacity, stream_);
     }
   }
@@ -286,7 +299,7 @@ struct Problem {
   const int device_;
   const cudaStream_t stream_;
   DeviceBuffer W_, key_w_, value_w_, bound_;
-  Args<T, C> a;
+  Args<C> a;
   long long heads_ = 0;
 };
 
@@ -294,15 +307,21 @@ struct Problem {
 
 void performer_attention_on_device(const detail::PerformerProblem& p) {
   DeviceGuard guard(p.q.device().index);
-  dispatch_dtype(p.q.dtype(), [&](auto tag) { Problem<decltype(tag)>(p, "performer_attention").forward(); });
+  if (p.q.dtype() == DType::float64) {
+    Problem<double>(p, "performer_attention").forward();
+  } else {
+    Problem<float>(p, "performer_attention").forward();
+  }
 }
 
 void performer_attention_backward_on_device(const detail::PerformerProblem& p, const TensorView& grad_out,
                                             const PerformerGradients& grads) {
   DeviceGuard guard(p.q.device().index);
-  dispatch_dtype(p.q.dtype(), [&](auto tag) {
-    Problem<decltype(tag)>(p, "performer_attention_backward").backward(grad_out, grads);
-  });
+  if (p.q.dtype() == DType::float64) {
+    Problem<double>(p, "performer_attention_backward").backward(grad_out, grads);
+  } else {
+    Problem<float>(p, "performer_attention_backward").backward(grad_out, grads);
+  }
 }
 
 }  // namespace sketchcore::cuda

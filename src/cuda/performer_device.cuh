@@ -24,20 +24,55 @@ constexpr int kMaxValueTiles = 4;  // d, e ≤ 256 on CUDA
 /// `cols` rounded up to whole tiles.
 __host__ __device__ inline int padded(int cols) { return (cols + kTile - 1) / kTile * kTile; }
 
-/// A (B, H, rows, cols) tensor: element (b, h, i, c) at data + b·sb + h·sh + i·sr + c·sc.
-template <class T>
+/// The element type of q, k, v, out and the gradients. The kernels are compiled once per compute
+/// type C (float for the first three, double for float64) and read and write the storage type
+/// through a switch (a branch the whole grid takes the same way), not once per storage type: the
+/// 16-bit and float32 problems share every kernel.
+enum class Storage : int { f16, bf16, f32, f64 };
+
+/// A (B, H, rows, cols) tensor: element (b, h, i, c) at data + b·sb + h·sh + i·sr + c·sc elements.
 struct Heads {
-  T* data = nullptr;
+  void* data = nullptr;
   long long sb = 0, sh = 0, sr = 0, sc = 0;
-  __device__ T* at(int b, int h, long long i, int c) const { return data + b * sb + h * sh + i * sr + c * sc; }
+  __device__ long long offset(int b, int h, long long i, int c) const { return b * sb + h * sh + i * sr + c * sc; }
 };
 
-/// Everything a kernel reads: the operands, the weights converted to compact C arrays, the
-/// extents and the feature map's constants; the backward's gradients (null data: not wanted).
-template <class T, class C>
+/// Element (b, h, i, c) of `t` in C.
+template <class C>
+__device__ __forceinline__ C load_element(const Heads& t, Storage s, int b, int h, long long i, int c) {
+  const long long o = t.offset(b, h, i, c);
+  switch (s) {
+    case Storage::f16: return static_cast<C>(__half2float(static_cast<const __half*>(t.data)[o]));
+    case Storage::bf16: return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(t.data)[o]));
+    case Storage::f32: return static_cast<C>(static_cast<const float*>(t.data)[o]);
+    case Storage::f64: break;
+  }
+  return static_cast<C>(static_cast<const double*>(t.data)[o]);
+}
+
+/// Element (b, h, i, c) of `t` = value, rounded to the storage type.
+template <class C>
+__device__ __forceinline__ void store_element(const Heads& t, Storage s, int b, int h, long long i, int c, C value) {
+  const long long o = t.offset(b, h, i, c);
+  switch (s) {
+    case Storage::f16: static_cast<__half*>(t.data)[o] = __float2half_rn(static_cast<float>(value)); return;
+    case Storage::bf16:
+      static_cast<__nv_bfloat16*>(t.data)[o] = __float2bfloat16_rn(static_cast<float>(value));
+      return;
+    case Storage::f32: static_cast<float*>(t.data)[o] = static_cast<float>(value); return;
+    case Storage::f64: break;
+  }
+  static_cast<double*>(t.data)[o] = static_cast<double>(value);
+}
+
+/// Everything a kernel reads: the operands (of `storage`), the weights converted to compact C
+/// arrays, the extents and the feature map's constants; the backward's gradients (null data: not
+/// wanted).
+template <class C>
 struct Args {
-  Heads<const T> q, k, v, grad_out;
-  Heads<T> out, dq, dk, dv;
+  Heads q, k, v, grad_out;
+  Heads out, dq, dk, dv;
+  Storage storage = Storage::f32;
   const C* W = nullptr;        // (m, d)
   const C* key_w = nullptr;    // (B, S) or null
   const C* value_w = nullptr;  // (B, H, S) or null
@@ -154,13 +189,13 @@ __device__ __forceinline__ void for_tile(const C (&acc)[RR][4], Fn fn) {
 
 /// dst[i·ld + c] = scale·src(b, h, row0 + i, c) for i < rows, c < cols, and 0 for the rest of
 /// the rows_pad × cols_pad block (rows past the valid ones, columns past cols).
-template <class T, class C>
-__device__ void load_rows(C* dst, int ld, const Heads<const T>& src, int b, int h, long long row0, int rows,
+template <class C>
+__device__ void load_rows(C* dst, int ld, const Heads& src, Storage storage, int b, int h, long long row0, int rows,
                           int rows_pad, int cols, int cols_pad, C scale) {
   for (int idx = static_cast<int>(threadIdx.x); idx < rows_pad * cols_pad; idx += kBlockThreads) {
     const int i = idx / cols_pad, c = idx % cols_pad;
     C value = 0;
-    if (i < rows && c < cols) value = static_cast<C>(Element<T>::load(*src.at(b, h, row0 + i, c))) * scale;
+    if (i < rows && c < cols) value = load_element<C>(src, storage, b, h, row0 + i, c) * scale;
     dst[i * ld + c] = value;
   }
 }

@@ -20,13 +20,14 @@
 
 namespace sketchcore::cuda::performer {
 
-template <class T, class C>
+template <class C>
 __global__ void __launch_bounds__(kBlockThreads)
-    state_parts_kernel(Args<T, C> a, Parts parts, C* partial, long long partial_size) {
+    state_parts_kernel(Args<C> a, Parts parts, C* partial, long long partial_size) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   const int part = static_cast<int>(blockIdx.x % parts.count), bh = static_cast<int>(blockIdx.x / parts.count);
-  const int group = static_cast<int>(blockIdx.y), b = bh / a.H, h = bh % a.H, d = a.d, e = a.e, m = a.m, f0 = group * kTile;
+  const int group = static_cast<int>(blockIdx.y), b = bh / a.H, h = bh % a.H, d = a.d, e = a.e, m = a.m;
+  const int f0 = group * kTile;
   const int et_count = (e + kTile - 1) / kTile, e_pad = et_count * kTile;
   const int ldx = d + 1, ldt = kTile + 1, ldv = e_pad + 1;
   C* Wg = smem;                   // 64 × ldx
@@ -54,8 +55,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (long long j0 = s0; j0 < s1; j0 += kTile) {
     const int n = static_cast<int>(min(static_cast<long long>(kTile), s1 - j0));
     __syncthreads();
-    load_rows<T, C>(X, ldx, a.k, b, h, j0, n, kTile, d, d, a.x_scale);
-    load_rows<T, C>(V, ldv, a.v, b, h, j0, n, kTile, e, e_pad, C(1));
+    load_rows<C>(X, ldx, a.k, a.storage, b, h, j0, n, kTile, d, d, a.x_scale);
+    load_rows<C>(V, ldv, a.v, a.storage, b, h, j0, n, kTile, e, e_pad, C(1));
     load_weights(kw, a.key_w, static_cast<long long>(b) * a.S, j0, n, kTile);
     load_weights(vw, a.value_w, (static_cast<long long>(b) * a.H + h) * a.S, j0, n, kTile);
     __syncthreads();
@@ -146,7 +147,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
   }
   if (group == 0) {
-    for (int c = static_cast<int>(threadIdx.x); c < e; c += kBlockThreads) out[static_cast<long long>(m) * e + 2 * m + c] = Bsum[c];
+    for (int c = static_cast<int>(threadIdx.x); c < e; c += kBlockThreads) {
+      out[static_cast<long long>(m) * e + 2 * m + c] = Bsum[c];
+    }
     if (threadIdx.x == 0) out[static_cast<long long>(m) * e + 2 * m + e] = Bsum[e_pad];
   }
 }
@@ -221,8 +224,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (!causal) state[static_cast<long long>(bh) * size + idx] = alpha * (sum_a + beta * sum_b);
 }
 
-template <class T, class C, int RR>
-__global__ void __launch_bounds__(kBlockThreads) query_output_kernel(Args<T, C> a, const C* state) {
+template <class C, int RR>
+__global__ void __launch_bounds__(kBlockThreads) query_output_kernel(Args<C> a, const C* state) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   constexpr int RB = 16 * RR;
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kBlockThreads) query_output_kernel(Args<T, C> 
   C* top = diag + RB;
   C* z = top + RB;
   const C* S = state + static_cast<long long>(bh) * (static_cast<long long>(m) * e + m);
-  load_rows<T, C>(X, ldx, a.q, b, h, i0, n, RB, d, d, a.x_scale);
+  load_rows<C>(X, ldx, a.q, a.storage, b, h, i0, n, RB, d, d, a.x_scale);
   __syncthreads();
   if (a.softmax) half_square_norms(diag, X, ldx, n, d);
   dash_rows<RR>(F, ldf, X, ldx, a.W, m, d, stage, lds);
@@ -272,21 +275,22 @@ __global__ void __launch_bounds__(kBlockThreads) query_output_kernel(Args<T, C> 
       for_tile(acc[t], [&](int i, int c, C value) {
         if (i < n && t * kTile + c < e) {
           const C zc = z[i] > tiny_of<C>() ? z[i] : tiny_of<C>();
-          *a.out.at(b, h, i0 + i, t * kTile + c) = Element<T>::store(value / zc);
+          store_element<C>(a.out, a.storage, b, h, i0 + i, t * kTile + c, value / zc);
         }
       });
     }
   }
 }
 
-template <class T, class C, int RR>
+template <class C, int RR>
 __global__ void __launch_bounds__(kBlockThreads)
-    causal_forward_kernel(Args<T, C> a, Parts parts, const C* state_before, C* running) {
+    causal_forward_kernel(Args<C> a, Parts parts, const C* state_before, C* running) {
   extern __shared__ unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   constexpr int RB = 16 * RR;
   const int part = static_cast<int>(blockIdx.x % parts.count), bh = static_cast<int>(blockIdx.x / parts.count);
-  const int b = bh / a.H, h = bh % a.H, d = a.d, e = a.e, m = a.m, et_count = (e + kTile - 1) / kTile, e_pad = et_count * kTile;
+  const int b = bh / a.H, h = bh % a.H, d = a.d, e = a.e, m = a.m;
+  const int et_count = (e + kTile - 1) / kTile, e_pad = et_count * kTile;
   const int ldx = d + 1, ldf = m + 1, ldv = e_pad + 1, ldp = kTile + 1, lds = max(d, e_pad) + 1;
   C* X = smem;               // RB × ldx
   C* Fq = X + RB * ldx;      // RB × ldf
@@ -307,7 +311,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (long long t0 = t_begin; t0 < t_end; t0 += RB) {
     const int n = static_cast<int>(min(static_cast<long long>(RB), t_end - t0));
     __syncthreads();
-    load_rows<T, C>(X, ldx, a.q, b, h, t0, n, RB, d, d, a.x_scale);
+    load_rows<C>(X, ldx, a.q, a.storage, b, h, t0, n, RB, d, d, a.x_scale);
     __syncthreads();
     if (a.softmax) half_square_norms(diag, X, ldx, n, d);
     dash_rows<RR>(Fq, ldf, X, ldx, a.W, m, d, stage, lds);
@@ -316,8 +320,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     gate(Fq, ldf, n, m, a.softmax, diag, top, C(0), a.inv_sqrt_m, static_cast<unsigned char*>(nullptr));
     __syncthreads();
     affine(Fq, ldf, n, m, a.alpha_q, a.beta_q, static_cast<const C*>(nullptr));
-    load_rows<T, C>(X, ldx, a.k, b, h, t0, n, RB, d, d, a.x_scale);
-    load_rows<T, C>(V, ldv, a.v, b, h, t0, n, RB, e, e_pad, C(1));
+    load_rows<C>(X, ldx, a.k, a.storage, b, h, t0, n, RB, d, d, a.x_scale);
+    load_rows<C>(V, ldv, a.v, a.storage, b, h, t0, n, RB, e, e_pad, C(1));
     load_weights(kw, a.key_w, static_cast<long long>(b) * a.S, t0, n, RB);
     load_weights(vw, a.value_w, (static_cast<long long>(b) * a.H + h) * a.S, t0, n, RB);
     __syncthreads();
@@ -372,7 +376,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for_tile(acc[t], [&](int i, int c, C value) {
           if (i < n && t * kTile + c < e) {
             const C zc = z[i] > tiny_of<C>() ? z[i] : tiny_of<C>();
-            *a.out.at(b, h, t0 + i, t * kTile + c) = Element<T>::store(value / zc);
+            store_element<C>(a.out, a.storage, b, h, t0 + i, t * kTile + c, value / zc);
           }
         });
       }
@@ -401,11 +405,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class C>
-void launch_state_parts(const Args<T, C>& args, Parts parts, C* partial, std::size_t smem, cudaStream_t stream) {
+template <class C>
+void launch_state_parts(const Args<C>& args, Parts parts, C* partial, std::size_t smem, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H, (args.m + kTile - 1) / kTile);
-  allow_smem(state_parts_kernel<T, C>, smem);
-  state_parts_kernel<T, C><<<grid, kBlockThreads, smem, stream>>>(args, parts, partial, partial_elements(args.m, args.e));
+  allow_smem(state_parts_kernel<C>, smem);
+  state_parts_kernel<C><<<grid, kBlockThreads, smem, stream>>>(args, parts, partial, partial_elements(args.m, args.e));
   check(cudaGetLastError(), "state_parts_kernel");
 }
 
@@ -432,37 +436,35 @@ void launch_merge(const C* partial, int heads, int part_count, int m, int e, boo
   check(cudaGetLastError(), "merge_kernel");
 }
 
-template <class T, class C>
-void launch_query_output(const Args<T, C>& args, const C* state, int rr, std::size_t smem, cudaStream_t stream) {
+template <class C>
+void launch_query_output(const Args<C>& args, const C* state, int rr, std::size_t smem, cudaStream_t stream) {
   const int rb = 16 * rr;
   const dim3 grid(static_cast<unsigned>((static_cast<long long>(args.L) + rb - 1) / rb * args.B * args.H));
-  const auto kernel = rr == 4 ? query_output_kernel<T, C, 4> : rr == 2 ? query_output_kernel<T, C, 2>
-                                                                        : query_output_kernel<T, C, 1>;
+  const auto kernel = rr == 4 ? query_output_kernel<C, 4> : rr == 2 ? query_output_kernel<C, 2>
+                                                                        : query_output_kernel<C, 1>;
   allow_smem(kernel, smem);
   kernel<<<grid, kBlockThreads, smem, stream>>>(args, state);
   check(cudaGetLastError(), "query_output_kernel");
 }
 
-template <class T, class C>
-void launch_causal_forward(const Args<T, C>& args, Parts parts, const C* state_before, C* running, int rr,
+template <class C>
+void launch_causal_forward(const Args<C>& args, Parts parts, const C* state_before, C* running, int rr,
                            std::size_t smem, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(parts.count) * args.B * args.H);
-  const auto kernel = rr == 4 ? causal_forward_kernel<T, C, 4> : rr == 2 ? causal_forward_kernel<T, C, 2>
-                                                                          : causal_forward_kernel<T, C, 1>;
+  const auto kernel = rr == 4 ? causal_forward_kernel<C, 4> : rr == 2 ? causal_forward_kernel<C, 2>
+                                                                          : causal_forward_kernel<C, 1>;
   allow_smem(kernel, smem);
   kernel<<<grid, kBlockThreads, smem, stream>>>(args, parts, state_before, running);
   check(cudaGetLastError(), "causal_forward_kernel");
 }
 
-#define SKETCHCORE_PERFORMER_FORWARD(T, C)                                                                      \
-  template void launch_state_parts<T, C>(const Args<T, C>&, Parts, C*, std::size_t, cudaStream_t);              \
-  template void launch_query_output<T, C>(const Args<T, C>&, const C*, int, std::size_t, cudaStream_t);         \
-  template void launch_causal_forward<T, C>(const Args<T, C>&, Parts, const C*, C*, int, std::size_t, cudaStream_t);
+#define SKETCHCORE_PERFORMER_FORWARD(C)                                                                      \
+  template void launch_state_parts<C>(const Args<C>&, Parts, C*, std::size_t, cudaStream_t);              \
+  template void launch_query_output<C>(const Args<C>&, const C*, int, std::size_t, cudaStream_t);         \
+  template void launch_causal_forward<C>(const Args<C>&, Parts, const C*, C*, int, std::size_t, cudaStream_t);
 
-SKETCHCORE_PERFORMER_FORWARD(__half, float)
-SKETCHCORE_PERFORMER_FORWARD(__nv_bfloat16, float)
-SKETCHCORE_PERFORMER_FORWARD(float, float)
-SKETCHCORE_PERFORMER_FORWARD(double, double)
+SKETCHCORE_PERFORMER_FORWARD(float)
+SKETCHCORE_PERFORMER_FORWARD(double)
 
 template void launch_key_bound<float>(const float*, int, int, float*, cudaStream_t);
 template void launch_key_bound<double>(const double*, int, int, double*, cudaStream_t);

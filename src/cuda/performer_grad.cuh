@@ -41,8 +41,9 @@ __device__ void features_grad(C* dF, const C* g, int ldf, int rows, int m, bool 
 }
 
 /// dx' = t·W (− sums_i·x'_i for softmax), times x_scale, into rows [row0, row0 + n) of `dst`.
-template <int RR, class T, class C>
-__device__ void input_grad(const Heads<T>& dst, int b, int h, long long row0, int n, const C* t, int ldf, const C* x,
+template <int RR, class C>
+__device__ void input_grad(const Heads& dst, Storage storage, int b, int h, long long row0, int n, const C* t, int ldf,
+                           const C* x,
                            int ldx, const C* sums, bool softmax, const C* W, int m, int d, C x_scale, C* stage,
                            int lds) {
   const int dt_count = (d + kTile - 1) / kTile;
@@ -69,7 +70,7 @@ __device__ void input_grad(const Heads<T>& dst, int b, int h, long long row0, in
         const int col = u * kTile + c;
         if (i < n && col < d) {
           if (softmax) value -= sums[i] * x[i * ldx + col];
-          *dst.at(b, h, row0 + i, col) = Element<T>::store(value * x_scale);
+          store_element<C>(dst, storage, b, h, row0 + i, col, value * x_scale);
         }
       });
     }

@@ -58,51 +58,51 @@ inline std::size_t flag_bytes(int rb, int m) { return std::size_t(rb) * (m + 1);
 template <class C>
 void launch_key_bound(const C* W, int m, int d, C* bound, cudaStream_t stream);
 
-template <class T, class C>
-void launch_state_parts(const Args<T, C>& args, Parts parts, C* partial, std::size_t smem, cudaStream_t stream);
+template <class C>
+void launch_state_parts(const Args<C>& args, Parts parts, C* partial, std::size_t smem, cudaStream_t stream);
 template <class C>
 void launch_key_constant(const C* partial, int heads, int part_count, int m, int e, C* constant, cudaStream_t stream);
 template <class C>
 void launch_merge(const C* partial, int heads, int part_count, int m, int e, bool softmax, bool causal, C alpha,
                   C beta, const C* constant, C* state, cudaStream_t stream);
-template <class T, class C>
-void launch_query_output(const Args<T, C>& args, const C* state, int rr, std::size_t smem, cudaStream_t stream);
-template <class T, class C>
-void launch_causal_forward(const Args<T, C>& args, Parts parts, const C* state_before, C* running, int rr,
+template <class C>
+void launch_query_output(const Args<C>& args, const C* state, int rr, std::size_t smem, cudaStream_t stream);
+template <class C>
+void launch_causal_forward(const Args<C>& args, Parts parts, const C* state_before, C* running, int rr,
                            std::size_t smem, cudaStream_t stream);
 
 // --- backward (performer_backward.cu) --------------------------------------------------------
 
 /// Per (head, query part): dS (m × e) and dS_den (m), summed by launch_sum_parts.
-template <class T, class C>
-void launch_query_grad(const Args<T, C>& args, Parts parts, const C* state, C* ds_partial, int rr, std::size_t smem,
+template <class C>
+void launch_query_grad(const Args<C>& args, Parts parts, const C* state, C* ds_partial, int rr, std::size_t smem,
                        cudaStream_t stream);
 /// out[head] = Σ_parts partial[head, part] (`size` elements each), in part order.
 template <class C>
 void launch_sum_parts(const C* partial, int heads, int part_count, long long size, C* out, cudaStream_t stream);
 /// Per (head, key part): dk, dv; the keys' constant's gradient into dc[head, part] and its tied
 /// entries (key·m + feature) into ties[head, 0 .. capacity), counted in tie_count[head].
-template <class T, class C>
-void launch_key_grad(const Args<T, C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
+template <class C>
+void launch_key_grad(const Args<C>& args, Parts parts, const C* ds, const C* constant, C* dc, long long* ties,
                      int* tie_count, int capacity, int rr, std::size_t smem, cudaStream_t stream);
 /// dk_j += x_scale·(Σ dc / count)·W_f for the tied entries (j, f) of each head's constant.
-template <class T, class C>
-void launch_tie_fixup(const Args<T, C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
+template <class C>
+void launch_tie_fixup(const Args<C>& args, int part_count, const C* constant, const C* dc, const long long* ties,
                       const int* tie_count, int capacity, cudaStream_t stream);
 /// Causal, forward direction: dq, and dn (L × e) and dz (L) per head into `saved`.
-template <class T, class C>
-void launch_causal_grad_q(const Args<T, C>& args, Parts parts, const C* state_before, C* running, C* saved, int rr,
+template <class C>
+void launch_causal_grad_q(const Args<C>& args, Parts parts, const C* state_before, C* running, C* saved, int rr,
                           std::size_t smem, cudaStream_t stream);
 /// Causal: per part R = Σ_i φ(q_i) ⊗ dn_i and R_den = Σ_i dz_i·φ(q_i) (into partial, m·e + m each).
-template <class T, class C>
-void launch_causal_r_parts(const Args<T, C>& args, Parts parts, const C* saved, C* partial, int rr, std::size_t smem,
+template <class C>
+void launch_causal_r_parts(const Args<C>& args, Parts parts, const C* saved, C* partial, int rr, std::size_t smem,
                            cudaStream_t stream);
 /// Causal: per part the sums over the parts after it (suffix), into after.
 template <class C>
 void launch_suffix(const C* partial, int heads, int part_count, long long size, C* after, cudaStream_t stream);
 /// Causal, reverse direction: dk and dv.
-template <class T, class C>
-void launch_causal_grad_kv(const Args<T, C>& args, Parts parts, const C* r_after, C* running, const C* saved, int rr,
+template <class C>
+void launch_causal_grad_kv(const Args<C>& args, Parts parts, const C* r_after, C* running, const C* saved, int rr,
                            std::size_t smem, cudaStream_t stream);
 
 }  // namespace sketchcore::cuda::performer
