@@ -39,7 +39,8 @@ struct Checker {
   /// The weights (features, key and value weights): q's dtype or float32.
   void weight_dtype(const TensorView& q, const TensorView& v, const char* name) const {
     if (v.dtype() != q.dtype() && v.dtype() != DType::float32) {
-      detail::fail<dtype_error>(op, name, std::string("dtype ") + dtype_name(q.dtype()) + " (the dtype of q) or float32",
+      detail::fail<dtype_error>(op, name,
+                                std::string("dtype ") + dtype_name(q.dtype()) + " (the dtype of q) or float32",
                                 dtype_name(v.dtype()));
     }
   }
@@ -109,7 +110,9 @@ detail::PerformerProblem check_problem(const Checker& c, const TensorView& q, co
   const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3);
   const std::int64_t S = k.size(2), e = v.size(3), m = features.size(0);
   if (d < 1) detail::fail<shape_error>(c.op, "q", "a head dimension d ≥ 1", detail::describe_shape(q));
-  if (m < 1) detail::fail<shape_error>(c.op, "features", "at least one feature (m ≥ 1)", detail::describe_shape(features));
+  if (m < 1) {
+    detail::fail<shape_error>(c.op, "features", "at least one feature (m ≥ 1)", detail::describe_shape(features));
+  }
   const auto dims = [](std::initializer_list<std::int64_t> list) { return std::vector<std::int64_t>(list); };
   c.shape(k, "k", dims({B, H, S, d}), "(B, H of q, S, d = q.shape[3])");
   c.shape(v, "v", dims({B, H, S, e}), "(B, H of q, S of k, e)");
@@ -172,7 +175,8 @@ void performer_attention_backward(const TensorView& grad_out, const TensorView& 
     c.shape(*written[i], names[i], inputs[i]->shape(), shapes[i]);
     c.destination(*written[i], names[i], read);
     for (int j = 0; j < i; ++j) {
-      if (written[j] && written[i]->numel() > 0 && written[j]->numel() > 0 && detail::overlaps(*written[i], *written[j])) {
+      const bool both = written[j] && written[i]->numel() > 0 && written[j]->numel() > 0;
+      if (both && detail::overlaps(*written[i], *written[j])) {
         detail::fail<std::invalid_argument>(c.op, names[i], std::string("memory disjoint from ") + names[j],
                                   std::string("an array overlapping ") + names[j]);
       }

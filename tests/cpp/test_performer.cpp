@@ -93,12 +93,16 @@ std::vector<double> reference_attention(const Problem& p, PerformerOptions o) {
       for (std::int64_t j = 0; j < n.S; ++j) {
         for (std::int64_t f = 0; f < n.m; ++f) {
           double s = 0;
-          for (std::int64_t t = 0; t < n.d; ++t) s += p.k[(bh * n.S + j) * n.d + t] * std::pow(double(n.d), -0.25) * p.W[f * n.d + t];
+          for (std::int64_t t = 0; t < n.d; ++t) {
+            s += p.k[(bh * n.S + j) * n.d + t] * std::pow(double(n.d), -0.25) * p.W[f * n.d + t];
+          }
           c = std::max(c, s);
         }
       }
       std::vector<std::vector<double>> phik;
-      for (std::int64_t j = 0; j < n.S; ++j) phik.push_back(features(&p.k[(bh * n.S + j) * n.d], p, false, o.causal, o.kernel, c));
+      for (std::int64_t j = 0; j < n.S; ++j) {
+        phik.push_back(features(&p.k[(bh * n.S + j) * n.d], p, false, o.causal, o.kernel, c));
+      }
       for (std::int64_t i = 0; i < n.L; ++i) {
         const auto phiq = features(&p.q[(bh * n.L + i) * n.d], p, true, o.causal, o.kernel, c);
         std::vector<double> num(static_cast<std::size_t>(n.e), 0.0);
@@ -184,7 +188,8 @@ TEST(Performer, BackwardMatchesCentralDifferences) {
           TensorView(gv.data(), DType::float64, {n.B, n.H, n.L, n.e}),
           TensorView(p.q.data(), DType::float64, {n.B, n.H, n.L, n.d}),
           TensorView(p.k.data(), DType::float64, {n.B, n.H, n.S, n.d}),
-          TensorView(p.v.data(), DType::float64, {n.B, n.H, n.S, n.e}), TensorView(p.W.data(), DType::float64, {n.m, n.d}),
+          TensorView(p.v.data(), DType::float64, {n.B, n.H, n.S, n.e}),
+          TensorView(p.W.data(), DType::float64, {n.m, n.d}),
           TensorView(out.data(), DType::float64, {n.B, n.H, n.L, n.e}), o,
           TensorView(p.kw.data(), DType::float64, {n.B, n.S}), TensorView(p.vw.data(), DType::float64, {n.B, n.H, n.S}),
           grads);
@@ -225,7 +230,9 @@ TEST(Performer, ErrorsNameTheArgumentTheExpectedAndTheActual) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message([&] { sketchcore::performer_attention(view({2, 3, 4}), view({1, 2, 5, 4}), view({1, 2, 5, 4}), view({6, 4}), o); }),
+  EXPECT_EQ(message([&] {
+              sketchcore::performer_attention(view({2, 3, 4}), view({1, 2, 5, 4}), view({1, 2, 5, 4}), view({6, 4}), o);
+            }),
             "performer_attention: q: expected a 4-D array (B, H, L, d), got shape (2, 3, 4)");
   EXPECT_EQ(message([&] {
               sketchcore::performer_attention(view({1, 2, 3, 4}), view({1, 2, 5, 4}), view({1, 2, 5, 4}),
@@ -238,7 +245,8 @@ TEST(Performer, ErrorsNameTheArgumentTheExpectedAndTheActual) {
                sketchcore::dtype_error);
   EXPECT_EQ(message([&] {
               sketchcore::performer_attention(view({1, 2, 3, 4}), view({1, 2, 5, 4}, DType::float64, 100),
-                                              view({1, 2, 5, 4}, DType::float64, 200), view({6, 4}, DType::float64, 300),
+                                              view({1, 2, 5, 4}, DType::float64, 200),
+                                              view({6, 4}, DType::float64, 300),
                                               view({1, 2, 3, 4}, DType::float64, 10));
             }),
             "performer_attention: out: expected memory disjoint from q, got an array overlapping q");
@@ -249,10 +257,12 @@ TEST(Performer, ErrorsNameTheArgumentTheExpectedAndTheActual) {
   EXPECT_EQ(message([&] {
               sketchcore::performer_attention_backward(o, view({1, 2, 3, 4}), view({1, 2, 3, 4}, DType::float64, 100),
                                                        view({1, 2, 3, 4}, DType::float64, 200),
-                                                       view({6, 4}, DType::float64, 300), view({1, 2, 3, 4}, DType::float64, 400),
+                                                       view({6, 4}, DType::float64, 300),
+                                                       view({1, 2, 3, 4}, DType::float64, 400),
                                                        {}, std::nullopt, std::nullopt, grads);
             }),
-            "performer_attention_backward: grad k: expected memory disjoint from grad q, got an array overlapping grad q");
+            "performer_attention_backward: grad k: expected memory disjoint from grad q, got an array overlapping "
+            "grad q");
 }
 
 // --- the register-tiled products, every instruction set this CPU runs ------------------------------
@@ -281,7 +291,9 @@ void check_products(Isa isa) {
           for (int i = 0; i < m; ++i) {
             for (int j = 0; j < n; ++j) {
               double s = 1;  // accumulate onto the ones already there
-              for (int p = 0; p < k; ++p) s += double(at ? A[p * m + i] : A[i * k + p]) * double(bt ? B[j * k + p] : B[p * n + j]);
+              for (int p = 0; p < k; ++p) {
+                s += double(at ? A[p * m + i] : A[i * k + p]) * double(bt ? B[j * k + p] : B[p * n + j]);
+              }
               expected[i * n + j] = T(s);
             }
           }

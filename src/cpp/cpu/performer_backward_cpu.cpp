@@ -112,14 +112,17 @@ class NonCausalBackward {
     if (key_side) dS_.allocate(heads_ * qparts_ * size);
     std::vector<pgemm::PackedB<T>> state_t = packed_operands<T>(heads_, map_.wt.isa());
     parallel_for(heads_, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t bh = begin; bh < end; ++bh) state_t[static_cast<std::size_t>(bh)].pack(e_, m_, {keys_.state(bh), e_, true});
+      for (std::int64_t bh = begin; bh < end; ++bh) {
+        state_t[static_cast<std::size_t>(bh)].pack(e_, m_, {keys_.state(bh), e_, true});
+      }
     });
     parallel_for(heads_ * qparts_, 1, [&](std::int64_t begin, std::int64_t end) {
       BlockBuffers<T> buf(map_.wt.isa());
       buf.reserve(kBlock, d_, m_, e_);
       std::vector<std::int64_t> hits;
       for (std::int64_t item = begin; item < end; ++item) {
-        query_part(item / qparts_, item % qparts_, state_t[static_cast<std::size_t>(item / qparts_)], buf, hits, key_side);
+        const std::int64_t bh = item / qparts_;
+        query_part(bh, item % qparts_, state_t[static_cast<std::size_t>(bh)], buf, hits, key_side);
       }
     });
     if (!key_side) return;
