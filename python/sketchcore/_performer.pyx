@@ -71,9 +71,9 @@ def performer_attention(q, k, v, features, *, kernel="softmax", causal=False, ke
     ``w = value_weights[b, h]`` (1 when omitted), ``tiny`` the smallest normal number of the
     compute type. With W = ``features`` (m, d) and x' = x·d^(-1/4):
 
-    * ``"softmax"`` (FAVOR+ positive features): φ(x) = m^(-1/2)·(exp(x'·Wᵀ − |x'|²/2 − c) + 1e-5),
+    * ``"softmax"`` (FAVOR+ positive features): φ(x) = m^(-1/2)·(exp(x'·Wᵀ − ‖x'‖²/2 − c) + 1e-5),
       c the largest entry of x'·Wᵀ over the features (queries), over the features and all keys
-      of the (batch, head) (keys), or in causal mode max_f |W_f|²/2 for keys, without the 1e-5;
+      of the (batch, head) (keys), or in causal mode max_f ‖W_f‖²/2 for keys, without the 1e-5;
     * ``"relu"``: φ(x) = relu(m^(-1/2)·x·Wᵀ) + 1e-5.
 
     These are the formulas of :class:`sketchcore.torch.RandMultiHeadAttention` (Panther's).
