@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import sketchcore
 from sketchcore import _framework_gemm
+import _reference
 from _reference import assert_close
 
 torch = pytest.importorskip("torch")
@@ -167,12 +168,13 @@ def test_jax_calls_keep_sketchcores_blas_after_a_numpy_call_on_the_same_thread()
     dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
     _framework_gemm._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
-    x, S, U = np.ones((4, 6), np.float32), np.ones((6, 2), np.float32), np.ones((2, 3), np.float32)
+    # 8 rows: more than the skinny kernels take (they run ≤ 4-row products themselves, no BLAS)
+    x, S, U = np.ones((8, 6), np.float32), np.ones((6, 2), np.float32), np.ones((2, 3), np.float32)
     sketchcore.sketched_matmul(x, S, U)
     assert len(calls) == 2
     with jax.default_device(jax.devices("cpu")[0]):  # the handlers are CPU ones (a GPU machine defaults to its GPU)
         y = scj.sketched_matmul(jax.numpy.asarray(x), jax.numpy.asarray(S), jax.numpy.asarray(U))
-    np.testing.assert_array_equal(np.asarray(y), np.full((4, 3), 12.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(y), np.full((8, 3), 12.0, np.float32))
     assert len(calls) == 2
 
 
@@ -185,11 +187,40 @@ def test_few_rows_and_large_terms_run_one_provider_gemm_per_term_instead_of_pack
     dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
     _framework_gemm._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((4, 300)).astype(np.float32)
+    x = rng.standard_normal((6, 300)).astype(np.float32)  # more rows than the skinny kernels take
     S, U = rng.standard_normal((3, 300, 120)).astype(np.float32), rng.standard_normal((3, 120, 7)).astype(np.float32)
     y = sketchcore.sketched_matmul(x, S, U)
     assert_close(y, reference(x, S, U), np.float32)
-    assert [call[2:] for call in calls] == [(120, 4, 300)] * 3 + [(7, 4, 360)]  # (m, n, k) column-major
+    assert [call[2:] for call in calls] == [(120, 6, 300)] * 3 + [(7, 6, 360)]  # (m, n, k) column-major
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 5])
+def test_products_of_at_most_four_rows_run_the_skinny_kernels_not_the_blas(rows):
+    """A decoded token or a tiny batch: a ≤ 4-row product reads B once in sketchcore's own kernel,
+    on the calling thread (no packing, no BLAS threads woken); from 5 rows the BLAS runs it. The
+    backward's bias gradient (a row of ones times G) is such a product too."""
+    calls = []
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    sgemm = fortran_gemm(ctypes.c_int64, ctypes.c_float, calls)
+    dgemm = fortran_gemm(ctypes.c_int64, ctypes.c_double, [])
+    _framework_gemm._install_framework_gemm(0, address(sgemm), address(dgemm), 64, "instrumented")
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 70)).astype(np.float32)
+    S, U, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 70, 9), (2, 9, 33), (33,)))
+    z = np.empty((rows, 18), np.float32)
+    y = sketchcore.sketched_matmul(x, S, U, bias=b, activation="gelu", intermediate=z)
+    assert_close(y, _reference.reference(x, S, U, b, "gelu"), np.float32)
+    forward_calls = len(calls)
+    assert forward_calls == (0 if rows <= 4 else 2)
+    g = rng.standard_normal((rows, 33)).astype(np.float32)
+    dx, dS, dU, db = sketchcore.sketched_matmul_backward(g, x, S, U, z, bias=b, activation="gelu")
+    expected = sketchcore.sketched_matmul_backward(g.astype(np.float64), x.astype(np.float64), S.astype(np.float64),
+                                                   U.astype(np.float64), z.astype(np.float64), bias=b.astype(np.float64),
+                                                   activation="gelu")
+    for got, want in zip((dx, dS, dU, db), expected):
+        assert_close(got, want, np.float32)
+    # the bias gradient (1 × rows · G) and the products with `rows` rows skip the BLAS
+    assert all(call[3] > 4 for call in calls[forward_calls:]), calls  # column-major n is the row count m
 
 
 def test_torch_calls_run_sketchcores_own_loops_on_the_openmp_runtime_torch_has_loaded():

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cpu/gemm_skinny.hpp"
 #include "detail/check.hpp"
 #include "sketchcore/errors.hpp"
 #include "sketchcore/execution.hpp"
@@ -94,15 +95,19 @@ void dispatch_gemm(CblasGemm builtin, std::int64_t m, std::int64_t n, std::int64
 
 }  // namespace
 
+// Products of a few rows take the skinny kernels (cpu/gemm_skinny.hpp: B read once, no packing,
+// no threads), whichever BLAS would have run them.
 template <>
 void gemm<float>(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const MatrixOperand<float>& a,
                  const MatrixOperand<float>& b, float* c, std::int64_t ldc, float beta) {
+  if (gemm_skinny_applies(m, n, k)) return gemm_skinny(m, n, k, alpha, a, b, c, ldc, beta);
   dispatch_gemm(&SKETCHCORE_BLAS_FN(cblas_sgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
 template <>
 void gemm<double>(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const MatrixOperand<double>& a,
                   const MatrixOperand<double>& b, double* c, std::int64_t ldc, double beta) {
+  if (gemm_skinny_applies(m, n, k)) return gemm_skinny(m, n, k, alpha, a, b, c, ldc, beta);
   dispatch_gemm(&SKETCHCORE_BLAS_FN(cblas_dgemm), m, n, k, alpha, a, b, c, ldc, beta);
 }
 
