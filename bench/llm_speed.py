@@ -8,8 +8,10 @@ as ``LowRankLinear`` and as ``SKLinear`` (one term): what a new user would do. M
 - prefill: the forward over the prompt that ``generate`` runs (KV cache, last-token logits), eager
   and ``torch.compile``d;
 - train: forward with labels, backward and an AdamW step;
-- decode: greedy tokens/s with a static KV cache at each decode batch size, eager and — on a GPU —
-  with CUDA graphs (``torch.compile(mode="reduce-overhead")`` of the decode step, as gpt-fast does);
+- decode: greedy tokens/s with a static KV cache at each decode batch size (the new tokens over the
+  time of the decode steps; the prompt's prefill runs untimed before each call), eager and — on a
+  GPU — with CUDA graphs (``torch.compile(mode="reduce-overhead")`` of the decode step, as gpt-fast
+  does);
 - peak memory of each phase (GPU: torch's allocator and sketchcore's pool; CPU: resident-set
   growth plus the model's parameters);
 - a split of the prefill forward, a decode step and a training step between the sketched layers,
@@ -91,28 +93,34 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
-    """Median seconds of `calls` calls after one warm-up call."""
-    fn()
-    sync(device)
+#: What a phase times: a function, or (setup, function) where setup runs untimed before each call.
+Timed = Callable[[], Any] | tuple[Callable[[], Any], Callable[[], Any]]
+
+
+def timed(work: Timed, device: torch.device, calls: int) -> float:
+    """Median seconds of `calls` calls after one warm-up call (each after its setup, untimed)."""
+    setup, fn = work if isinstance(work, tuple) else (lambda: None, work)
     times = []
-    for _ in range(calls):
+    for call in range(calls + 1):
+        setup()
+        sync(device)
         start = time.perf_counter()
         fn()
         sync(device)
-        times.append(time.perf_counter() - start)
+        if call:
+            times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def alternate(makers: dict[str, Callable[[], Callable[[], Any]]], device: torch.device, rounds: int,
+def alternate(makers: dict[str, Callable[[], Timed]], device: torch.device, rounds: int,
               calls: int) -> dict[str, list[float]]:
     """Seconds per call of each model's function, in rounds that rotate the order of the models."""
-    fns = {name: make() for name, make in makers.items()}
-    names = list(fns)
+    works = {name: make() for name, make in makers.items()}
+    names = list(works)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            seconds[name].append(timed(fns[name], device, calls))
+            seconds[name].append(timed(works[name], device, calls))
     return seconds
 
 
@@ -211,17 +219,17 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
                                        "linear_params_before": sum(r.params_before for r in report.values()),
                                        "linear_params_after": sum(r.params_after for r in report.values())}
     calls = 1 if dry_run else 3
-    phases: dict[str, dict[str, Callable[[], Callable[[], Any]]]] = {}
+    phases: dict[str, dict[str, Callable[[], Timed]]] = {}
     prompt_ids = ids(*p["prefill"])
     phases["prefill eager"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, False)) for n, m in models.items()}
     if p["compile"]:
         phases["prefill compiled"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, True)) for n, m in models.items()}
     for batch in p["decode_batches"]:
         prompt = ids(batch, p["prompt"])
-        phases[f"decode b{batch} eager"] = {n: (lambda m=m, q=prompt: decode_fn(m, q, p["new_tokens"], False))
+        phases[f"decode b{batch} eager"] = {n: (lambda m=m, q=prompt: decode_session(m, q, p["new_tokens"], False))
                                             for n, m in models.items()}
         if p["graphs"]:
-            phases[f"decode b{batch} graphs"] = {n: (lambda m=m, q=prompt: decode_fn(m, q, p["new_tokens"], True))
+            phases[f"decode b{batch} graphs"] = {n: (lambda m=m, q=prompt: decode_session(m, q, p["new_tokens"], True))
                                                  for n, m in models.items()}
     for name, makers in phases.items():
         seconds = alternate(makers, device, p["rounds"], calls)
