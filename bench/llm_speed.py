@@ -275,6 +275,17 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     return results
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
     lines = [f"# LLM speed, {meta['date']}", "", f"`{meta['command']}` — {meta['device']}; {meta['summary']}", ""]
     if meta["dry_run"]:
@@ -325,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if p["graphs"] and p["device"] != "cuda" and not args.dry_run:
         p["graphs"] = False  # no CUDA graphs on the CPU
     results = run(p, args.dry_run)
-    device_name = torch.cuda.get_device_name() if p["device"] == "cuda" else f"CPU {platform.machine()}, " \
+    device_name = torch.cuda.get_device_name() if p["device"] == "cuda" else f"CPU {cpu_model()}, " \
         f"{sketchcore.get_num_threads()} sketchcore threads, {torch.get_num_threads()} torch threads"
     meta = {"date": datetime.date.today().isoformat(), "command": " ".join(["python bench/llm_speed.py", *(argv or sys.argv[1:])]),
             "device": device_name, "dry_run": args.dry_run, "preset": preset, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()},
