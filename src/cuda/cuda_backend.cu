@@ -226,16 +226,8 @@ class CudaExecution {
     storage = buffer(p_.d_in * rp_);
     if (padded()) fill_zero<T>(storage.as<T>(), p_.d_in * rp_, stream_);
     // Source (T, d_in, k) → destination element (t, i, j) at i·rp + t·kp + j.
-    Strided dst = strided_of(S);
-    if (S.ndim() == 3) {
-      dst.stride[0] = kp_;
-      dst.stride[1] = rp_;
-      dst.stride[2] = 1;
-    } else {
-      dst = compact({p_.d_in, p_.rank});
-      dst.stride[0] = rp_;
-    }
-    copy_strided<T>(static_cast<const T*>(S.data()), strided_of(S), storage.as<T>(), dst, stream_);
+    copy_strided<T>(static_cast<const T*>(S.data()), strided_of(S), storage.as<T>(), term_layout(S, rp_, kp_),
+                    stream_);
     return {storage.as<T>(), false, std::max<std::int64_t>(rp_, 1)};
   }
 
@@ -246,37 +238,20 @@ class CudaExecution {
     const TensorView& U = p_.U;
     storage = buffer(rp_ * p_.d_out);
     fill_zero<T>(storage.as<T>(), rp_ * p_.d_out, stream_);
-    copy_strided<T>(static_cast<const T*>(U.data()), strided_of(U), storage.as<T>(), factor_layout(U, p_.d_out),
-                    stream_);
+    copy_strided<T>(static_cast<const T*>(U.data()), strided_of(U), storage.as<T>(),
+                    term_layout(U, p_.d_out, kp_ * p_.d_out), stream_);
     return {storage.as<T>(), false, std::max<std::int64_t>(p_.d_out, 1)};
   }
 
-  /// Where element (t, j, c) of a (T, k, cols) or (k, cols) factor lies in a (T·kp) × cols matrix.
-  Strided factor_layout(const TensorView& factor, std::int64_t cols) const {
-    Strided v = strided_of(factor);
-    if (factor.ndim() == 3) {
-      v.stride[0] = kp_ * cols;
-      v.stride[1] = cols;
-      v.stride[2] = 1;
-    } else {
-      v.stride[0] = cols;
-      v.stride[1] = 1;
-    }
-    return v;
-  }
-
-  /// Where element (t, i, j) of a (T, rows, k) or (rows, k) sketch lies in a rows × (T·kp)
-  /// matrix of leading dimension `cols`.
-  Strided sketch_layout(const TensorView& sketch, std::int64_t cols) const {
-    Strided v = strided_of(sketch);
-    if (sketch.ndim() == 3) {
-      v.stride[0] = kp_;
-      v.stride[1] = cols;
-      v.stride[2] = 1;
-    } else {
-      v.stride[0] = cols;
-      v.stride[1] = 1;
-    }
+  /// Where the elements of a term-shaped `view` — (T, a, b) or (a, b) — lie in a row-major matrix
+  /// of leading dimension `cols` that holds term t from element t·term_stride: a sketch (T, rows,
+  /// k) in rows × (T·kp) has term_stride kp, a factor (T, k, cols) in (T·kp) × cols has kp·cols.
+  Strided term_layout(const TensorView& view, std::int64_t cols, std::int64_t term_stride) const {
+    Strided v = strided_of(view);
+    const int first = view.ndim() == 3 ? 1 : 0;
+    if (first) v.stride[0] = term_stride;
+    v.stride[first] = cols;
+    v.stride[first + 1] = 1;
     return v;
   }
 
@@ -304,8 +279,8 @@ class CudaExecution {
     }
     DeviceBuffer staged = buffer(rows * cols);
     gemm(staged.as<void>(), std::max<std::int64_t>(cols, 1));
-    const Strided src = kind == Destination::sketch   ? sketch_layout(dest, cols)
-                        : kind == Destination::factor ? factor_layout(dest, cols)
+    const Strided src = kind == Destination::sketch   ? term_layout(dest, cols, kp_)
+                        : kind == Destination::factor ? term_layout(dest, cols, kp_ * cols)
                                                       : compact_like(dest);
     copy_strided<T>(staged.as<T>(), src, static_cast<T*>(dest.data()), strided_of(dest), stream_);
   }
