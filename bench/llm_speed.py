@@ -48,7 +48,7 @@ import sketchcore
 from sketchcore.torch import LowRankLinear, SKLinear, sketch_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm_speed_parts import PeakMemory, ModuleSplit, static_cache  # noqa: E402
+from meters import PeakMemory, ModuleSplit, static_cache  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     "gpu": dict(device="cuda", dtype="bfloat16", hidden=2048, intermediate=5632, layers=8, vocab=32000,

@@ -42,7 +42,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm_speed_parts import ResidentPeak  # noqa: E402
+from meters import ResidentPeak  # noqa: E402
 
 METHODS = ("svd", "data-aware svd", "sklinear svd", "sklinear data-aware", "panther init")
 FEWER = (0.2, 0.4, 0.6)  # fraction of the linear layers' parameters removed

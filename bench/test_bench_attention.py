@@ -15,31 +15,11 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from sketchcore.torch import make_performer  # noqa: E402
+from meters import peak_bytes  # noqa: E402  (bench/ is on sys.path: conftest.py)
 
 EMBED, HEADS, FEATURES = 256, 4, 256
 CASES = [(length, False) for length in (1024, 2048, 4096, 8192, 16384)] + [(4096, True), (16384, True)]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def _rss_kib(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field))
-
-
-def peak_bytes(fn, device):
-    """Peak memory one call of fn adds (see the module docstring)."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    before = _rss_kib("VmRSS:")
-    fn()
-    return (_rss_kib("VmHWM:") - before) * 1024
 
 
 @pytest.fixture(scope="module", params=[(c, d) for c in CASES for d in DEVICES],

@@ -31,6 +31,7 @@ from torch import nn  # noqa: E402
 
 import sketchcore  # noqa: E402
 from sketchcore.torch import make_performer  # noqa: E402
+from meters import peak_bytes  # noqa: E402  (bench/ is on sys.path: conftest.py)
 
 EMBED, HEADS, FEATURES = 512, 8, 256
 CPU_CASES = [(L, causal, "fwd") for L in (1024, 4096, 16384) for causal in (False, True)] + \
@@ -40,28 +41,6 @@ CUDA_CASES = [(L, causal, mode) for L in (1024, 4096, 8192, 16384, 32768, 65536)
 CPU_TARGETS = {(4096, False, "fwd"): 2.0, (4096, True, "fwd"): 1.0}
 CUDA_TARGETS = {(4096, False, "fwd"): 1.0, (32768, False, "fwd"): 5.0, (8192, True, "fwd"): 1.0,
                 (8192, False, "fwd+bwd"): 1.0, (16384, True, "fwd+bwd"): 1.0}
-
-
-def _rss_kib(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field))
-
-
-def peak_bytes(fn, device):
-    """Peak memory one call of fn adds (see the module docstring)."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        sketchcore.memory.device_reset_peak(0)
-        before, pool = torch.cuda.memory_allocated(), sketchcore.memory.device_stats(0)["current_bytes"]
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - before) + (sketchcore.memory.device_stats(0)["peak_bytes"] - pool)
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    before = _rss_kib("VmRSS:")
-    fn()
-    return (_rss_kib("VmHWM:") - before) * 1024
 
 
 def exact_layer(layer, x, causal, backend=None):

@@ -1,6 +1,7 @@
-"""Measuring instruments of the LLM benchmarks (bench/llm_speed.py, bench/lm_compression.py): peak
-memory of a phase (resident set on the CPU, torch's allocator and sketchcore's pool on a GPU), a
-static KV cache across transformers versions, and a split of a call's time by module kind."""
+"""Measuring instruments shared by the benchmarks: the peak memory of one call or of a phase
+(resident set on the CPU, torch's allocator and sketchcore's pool on a GPU), a static KV cache
+across transformers versions, and a split of a call's time by module kind (bench/llm_speed.py,
+bench/lm_compression.py, bench/test_bench_attention.py, bench/test_bench_performer.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -64,6 +65,24 @@ class PeakMemory:
             pool = sketchcore.memory.device_stats(self.device.index or 0)["peak_bytes"]
             return (torch.cuda.max_memory_allocated(self.device) + pool) / 2**20
         return self.resident.peak() + self.weights
+
+
+def peak_bytes(fn: Callable[[], Any], device: str) -> int:
+    """Peak memory one call of `fn` adds: on a GPU what torch's allocator and sketchcore's pool held
+    above what they held before; on the CPU the resident set's high-water mark above the resident
+    set before (Linux)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        sketchcore.memory.device_reset_peak(0)
+        before, pool = torch.cuda.memory_allocated(), sketchcore.memory.device_stats(0)["current_bytes"]
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) + (sketchcore.memory.device_stats(0)["peak_bytes"] - pool)
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
+    before = rss_kib("VmRSS")
+    fn()
+    return (rss_kib("VmHWM") - before) * 1024
 
 
 def static_cache(model: torch.nn.Module, batch: int, length: int, device: torch.device) -> Any:
