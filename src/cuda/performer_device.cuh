@@ -237,6 +237,29 @@ __device__ void stage_rows(C* stage, int ld, const C* src, int f0, int m, int co
   }
 }
 
+/// acc[t] = F · S[:, t·kTile, (t + 1)·kTile) for the first et_count value tiles: F (rows × m,
+/// leading dimension ldf, in shared memory) times the state S (m × e, row-major), S staged into
+/// `stage` (leading dimension lds) kTile rows at a time. Every thread of the block calls it.
+template <int RR, class C>
+__device__ void features_times_state(C (&acc)[kMaxValueTiles][RR][4], const C* F, int ldf, const C* S, C* stage,
+                                     int lds, int m, int e, int et_count) {
+#pragma unroll
+  for (int t = 0; t < kMaxValueTiles; ++t) zero(acc[t]);
+  for (int f0 = 0; f0 < m; f0 += kTile) {
+    __syncthreads();
+    stage_rows(stage, lds, S, f0, m, e);
+    __syncthreads();
+    const int kf = min(kTile, m - f0);
+#pragma unroll
+    for (int t = 0; t < kMaxValueTiles; ++t) {
+      if (t < et_count) {
+        product(acc[t], 0, kf, [&](int i, int p) { return F[i * ldf + f0 + p]; },
+                [&](int p, int c) { return t * kTile + c < e ? stage[p * lds + t * kTile + c] : C(0); });
+      }
+    }
+  }
+}
+
 /// dash = x'·Wᵀ for all m features of RB rows: F (RB × m, ldf) from x (RB × d, ldx), W staged 64
 /// features at a time through `stage` (64 × d, lds). Padding features (≥ m) are left unwritten.
 template <int RR, class C>

@@ -253,21 +253,7 @@ __global__ void __launch_bounds__(kBlockThreads) query_output_kernel(Args<C> a, 
   __syncthreads();
   row_dots(z, F, ldf, n, m, S + static_cast<long long>(m) * e);
   C acc[kMaxValueTiles][RR][4];
-#pragma unroll
-  for (int t = 0; t < kMaxValueTiles; ++t) zero(acc[t]);
-  for (int f0 = 0; f0 < m; f0 += kTile) {
-    __syncthreads();
-    stage_rows(stage, lds, S, f0, m, e);
-    __syncthreads();
-    const int kf = min(kTile, m - f0);
-#pragma unroll
-    for (int t = 0; t < kMaxValueTiles; ++t) {
-      if (t < et_count) {
-        product(acc[t], 0, kf, [&](int i, int p) { return F[i * ldf + f0 + p]; },
-                [&](int p, int c) { return t * kTile + c < e ? stage[p * lds + t * kTile + c] : C(0); });
-      }
-    }
-  }
+  features_times_state<RR>(acc, F, ldf, S, stage, lds, m, e, et_count);
   __syncthreads();
 #pragma unroll
   for (int t = 0; t < kMaxValueTiles; ++t) {
@@ -353,21 +339,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (lane_id() == 0) z[i] += s;
     }
     C acc[kMaxValueTiles][RR][4];
-#pragma unroll
-    for (int t = 0; t < kMaxValueTiles; ++t) zero(acc[t]);
-    for (int f0 = 0; f0 < m; f0 += kTile) {
-      __syncthreads();
-      stage_rows(stage, lds, S, f0, m, e);
-      __syncthreads();
-      const int kf = min(kTile, m - f0);
-#pragma unroll
-      for (int t = 0; t < kMaxValueTiles; ++t) {
-        if (t < et_count) {
-          product(acc[t], 0, kf, [&](int i, int p) { return Fq[i * ldf + f0 + p]; },
-                  [&](int p, int c) { return t * kTile + c < e ? stage[p * lds + t * kTile + c] : C(0); });
-        }
-      }
-    }
+    features_times_state<RR>(acc, Fq, ldf, S, stage, lds, m, e, et_count);
 #pragma unroll
     for (int t = 0; t < kMaxValueTiles; ++t) {
       if (t < et_count) {
