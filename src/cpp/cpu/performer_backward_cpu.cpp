@@ -111,9 +111,14 @@ class NonCausalBackward {
     const std::int64_t size = m_ * e_ + m_;
     if (key_side) dS_.allocate(heads_ * qparts_ * size);
     std::vector<pgemm::PackedB<T>> state_t = packed_operands<T>(heads_, map_.wt.isa());
+    // 16-bit problems recompute out from S in float32 (state) instead of reading the rounded forward
+    // output, whose rounding the gradient would amplify (dq 2e-2 off in bfloat16 at head dim 256).
+    const bool recompute_out = p_.q.dtype() == DType::float16 || p_.q.dtype() == DType::bfloat16;
+    if (recompute_out) state_ = packed_operands<T>(heads_, map_.wt.isa());
     parallel_for(heads_, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t bh = begin; bh < end; ++bh) {
         state_t[static_cast<std::size_t>(bh)].pack(e_, m_, {keys_.state(bh), e_, true});
+        if (recompute_out) state_[static_cast<std::size_t>(bh)].pack(m_, e_, {keys_.state(bh), e_});
       }
     });
     parallel_for(heads_ * qparts_, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -172,7 +177,12 @@ class NonCausalBackward {
       query_features(map_, n, dash, g, phi, buf.x(), buf.rows_a(), buf.rows_b());
       row_dots(n, m, phi, Sden, z);
       read_rows<T>(slice(grad_out_, b, h), i0, n, e, T(1), buf.o(), e);
-      read_rows<T>(slice(p_.out, b, h), i0, n, e, T(1), buf.o2(), e);
+      if (state_.empty()) {
+        read_rows<T>(slice(p_.out, b, h), i0, n, e, T(1), buf.o2(), e);
+      } else {
+        pgemm::multiply<T>(n, {phi, m}, state_[static_cast<std::size_t>(bh)], buf.o2(), e, false, buf.ws);
+        divide_rows(n, e, buf.o2(), z);
+      }
       output_gradients(n, e, z, buf.o2(), buf.o(), dz);  // buf.o() := dn
       if (dS) {
         pgemm::multiply<T>(m, e, n, {phi, m, true}, {buf.o(), e}, dS, e, true, buf.ws);
@@ -261,6 +271,7 @@ class NonCausalBackward {
   const std::int64_t heads_, m_, e_, d_;
   std::int64_t qparts_ = 1, qpart_len_ = 0;
   Scratch<T> dS_;  // per (head, query part): dS (m × e) then dS_den (m)
+  std::vector<pgemm::PackedB<T>> state_;  // 16-bit: each head's S packed, to recompute out
 };
 
 template <class T>

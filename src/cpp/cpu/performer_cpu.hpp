@@ -11,7 +11,8 @@
 // diag = |x'|²/2. Features are φ = α·(g + β) with
 //   softmax queries:          g = exp(dash − diag − max_f dash),     α = m^(−1/2), β = 1e-5
 //   softmax keys, non-causal: g = exp(dash − diag − c), c the head's max, α = m^(−1/2), β = 1e-5
-//   softmax keys, causal:     g = exp(dash − diag − max_f |W_f|²/2),  α = m^(−1/2), β = 0
+//   softmax keys, causal:     g = exp(dash − diag − c_span), c_span the keys' running maximum
+//                             (cpu/performer_passes.hpp), α = m^(−1/2), β = 0
 //   relu (both):              g = relu(dash·m^(−1/2)),                α = 1,        β = 1e-5
 // (x_scale = d^(−1/4) for softmax, 1 for relu.)
 #pragma once
@@ -60,7 +61,6 @@ struct FeatureMap {
   std::int64_t d, m;
   T x_scale, inv_sqrt_m;
   T alpha_q, beta_q, alpha_k, beta_k;
-  T key_bound;            ///< causal softmax keys: max_f |W_f|²/2
   pgemm::PackedB<T> wt;   ///< Wᵀ (d × m)
   pgemm::PackedB<T> w;    ///< W (m × d)
   std::vector<T> w_rows;  ///< W (m × d), compact

@@ -217,13 +217,6 @@ FeatureMap<T>::FeatureMap(const PerformerProblem& p, pgemm::Isa isa)
   beta_k = softmax && causal ? T(0) : static_cast<T>(1e-5);
   const Rows features{p.features.data(), p.features.dtype(), p.features.stride(0), p.features.stride(1)};
   read_rows<T>(features, 0, m, d, T(1), w_rows.data(), d);
-  key_bound = 0;
-  for (std::int64_t f = 0; f < m; ++f) {
-    T sq = 0;
-    for (std::int64_t c = 0; c < d; ++c) sq += w_rows[f * d + c] * w_rows[f * d + c];
-    key_bound = std::max(key_bound, sq);
-  }
-  key_bound /= 2;
   wt.pack(d, m, {w_rows.data(), d, true});
   w.pack(m, d, {w_rows.data(), d, false});
 }

@@ -9,9 +9,8 @@
 // φ(k_j) ⊗ [w_j v_j, 1] with the head's final c), and each block of queries computes
 // out = φ(Q)·S / max(φ(Q)·S_den, tiny) while its features are in cache.
 //
-// Causal, per head, in chunks of kChunk tokens: out = (φ(Q)·S + P·V') / (φ(Q)·S_den + P·1) with
-// P = φ(Q)·φ(K)ᵀ masked to j ≤ i (the products skip the masked half) and S, S_den the sums over
-// earlier chunks, which the chunk then joins.
+// The block sums join the running sums through Kahan's compensation, so a sum over millions of keys
+// in float32 is as accurate as one over a few blocks. Causal: cpu/performer_causal_cpu.cpp.
 //
 // Threads: parallel_for over (head, key part) and (head, query block), or over heads when causal;
 // the parts depend only on the shapes, so results do not depend on the thread count.
@@ -60,13 +59,13 @@ void KeyPasses<T>::reduce() {
 template <class T>
 void KeyPasses<T>::reduce_part(std::int64_t bh, std::int64_t part, BlockBuffers<T>& buf) {
   const std::int64_t b = bh / p_.heads, h = bh % p_.heads, m = m_, e = e_, d = map_.d;
+  const std::int64_t sums = m * e + m + e + 1;  // A, Aden, Bv, Bden
   T* A = partial_.data() + (bh * parts_ + part) * partial_size_;
-  T* Aden = A + m * e;
-  T* Bv = Aden + m;
-  T& Bden = Bv[e];
-  T& c = Bv[e + 1];
+  T& c = A[sums];
   std::fill(A, A + partial_size_, T(0));
   c = map_.softmax ? -std::numeric_limits<T>::infinity() : T(0);
+  // Each block's sums are formed apart and join A with compensation (compensated_add).
+  std::vector<T> comp(static_cast<std::size_t>(sums), T(0)), block(static_cast<std::size_t>(sums));
   const Rows k = slice(p_.k, b, h);
   const std::int64_t s0 = part * part_len_, s1 = std::min(p_.keys, s0 + part_len_);
   buf.reserve(kBlock, d, m, e);
@@ -81,7 +80,10 @@ void KeyPasses<T>::reduce_part(std::int64_t bh, std::int64_t part, BlockBuffers<
       if (top > c) {
         if (c != -std::numeric_limits<T>::infinity()) {
           const T shrink = std::exp(c - top);
-          for (std::int64_t i = 0; i < m * e + m; ++i) A[i] *= shrink;
+          for (std::int64_t i = 0; i < m * e + m; ++i) {
+            A[i] *= shrink;
+            comp[static_cast<std::size_t>(i)] *= shrink;
+          }
         }
         c = top;
       }
@@ -90,10 +92,14 @@ void KeyPasses<T>::reduce_part(std::int64_t bh, std::int64_t part, BlockBuffers<
       relu_scaled(n, m, buf.f(), map_.inv_sqrt_m, buf.f());
     }
     if (a) affine(n, m, buf.f(), T(1), T(0), a, buf.f());
-    pgemm::multiply<T>(m, e, n, {buf.f(), m, true}, {buf.v(), e}, A, e, true, buf.ws);
-    col_sums(n, m, buf.f(), static_cast<const T*>(nullptr), Aden, true);
-    col_sums(n, e, buf.v(), a, Bv, true);
-    for (std::int64_t i = 0; i < n; ++i) Bden += a ? a[i] : T(1);
+    T* blk = block.data();
+    pgemm::multiply<T>(m, e, n, {buf.f(), m, true}, {buf.v(), e}, blk, e, false, buf.ws);
+    col_sums(n, m, buf.f(), static_cast<const T*>(nullptr), blk + m * e, false);
+    col_sums(n, e, buf.v(), a, blk + m * e + m, false);
+    T count = 0;
+    for (std::int64_t i = 0; i < n; ++i) count += a ? a[i] : T(1);
+    blk[sums - 1] = count;
+    compensated_add(sums, blk, A, comp.data());
   }
 }
 
@@ -163,71 +169,6 @@ void query_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* 
 }
 
 template <class T>
-void causal_key_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* x, T* diag,
-                         const T* a) {
-  if (map.softmax) {
-    half_square_norms(n, map.d, x, diag);
-    exp_shifted(n, map.m, dash, diag, static_cast<const T*>(nullptr), map.key_bound, g);
-  } else {
-    relu_scaled(n, map.m, dash, map.inv_sqrt_m, g);
-  }
-  affine(n, map.m, g, map.alpha_k, map.beta_k, a, phi);
-}
-
-CausalParts CausalParts::of(const PerformerProblem& p) {
-  constexpr std::int64_t kBusyHeads = 8;
-  CausalParts parts;
-  const std::int64_t heads = std::max<std::int64_t>(1, p.batch * p.heads);
-  const std::int64_t chunks = std::max<std::int64_t>(1, (p.queries + kChunk - 1) / kChunk);
-  parts.count = std::clamp<std::int64_t>((kBusyHeads + heads - 1) / heads, 1, chunks);
-  parts.length = (chunks + parts.count - 1) / parts.count * kChunk;
-  parts.count = std::max<std::int64_t>(1, (p.queries + parts.length - 1) / parts.length);
-  return parts;
-}
-
-template <class T>
-void add_causal_key_state(const PerformerProblem& p, const FeatureMap<T>& map, std::int64_t b, std::int64_t h,
-                          std::int64_t t0, std::int64_t t1, BlockBuffers<T>& buf, T* S) {
-  const std::int64_t m = p.num_features, e = p.value_dim;
-  const Rows k = slice(p.k, b, h);
-  for (std::int64_t j0 = t0; j0 < t1; j0 += kChunk) {
-    const std::int64_t n = std::min(kChunk, t1 - j0);
-    T* fk = buf.f2();
-    dash_of_rows(map, k, j0, n, buf.x(), fk, buf.ws);
-    const T* a = read_weights(p.key_weights, b, 0, j0, n, buf.rows_b());
-    causal_key_features(map, n, fk, fk, fk, buf.x(), buf.rows_a(), a);
-    read_values(p, b, h, j0, n, buf);
-    pgemm::multiply<T>(m, e, n, {fk, m, true}, {buf.v(), e}, S, e, true, buf.ws);
-    col_sums(n, m, fk, static_cast<const T*>(nullptr), S + m * e, true);
-  }
-}
-
-template <class T>
-void causal_states_before(const PerformerProblem& p, const FeatureMap<T>& map, CausalParts parts, T* before) {
-  const std::int64_t heads = p.batch * p.heads, size = p.num_features * p.value_dim + p.num_features;
-  // Slot part + 1 gets the sums of part `part`'s own keys, then a running sum makes them prefixes.
-  parallel_for(heads * (parts.count - 1), 1, [&](std::int64_t begin, std::int64_t end) {
-    BlockBuffers<T> buf(map.wt.isa());
-    buf.reserve(kChunk, p.dim, p.num_features, p.value_dim);
-    for (std::int64_t item = begin; item < end; ++item) {
-      const std::int64_t bh = item / (parts.count - 1), part = item % (parts.count - 1);
-      T* S = before + (bh * parts.count + part + 1) * size;
-      std::fill(S, S + size, T(0));
-      add_causal_key_state(p, map, bh / p.heads, bh % p.heads, part * parts.length,
-                           std::min(p.queries, (part + 1) * parts.length), buf, S);
-    }
-  });
-  for (std::int64_t bh = 0; bh < heads; ++bh) {
-    T* first = before + bh * parts.count * size;
-    std::fill(first, first + size, T(0));
-    for (std::int64_t part = 1; part < parts.count; ++part) {
-      T* S = first + part * size;
-      for (std::int64_t i = 0; i < size; ++i) S[i] += S[i - size];
-    }
-  }
-}
-
-template <class T>
 void divide_rows(std::int64_t n, std::int64_t e, T* o, const T* z) {
   const T tiny = std::numeric_limits<T>::min();
   for (std::int64_t i = 0; i < n; ++i) {
@@ -271,68 +212,6 @@ void noncausal_forward(const PerformerProblem& p) {
 }
 
 template <class T>
-void causal_forward(const PerformerProblem& p) {
-  const FeatureMap<T> map(p, pgemm::best_isa());
-  const std::int64_t heads = p.batch * p.heads, m = p.num_features, e = p.value_dim, d = p.dim, L = p.queries;
-  const CausalParts parts = CausalParts::of(p);
-  const std::int64_t size = m * e + m;
-  Scratch<T> before;
-  if (parts.count > 1) {
-    before.allocate(heads * parts.count * size);
-    causal_states_before(p, map, parts, before.data());
-  }
-  parallel_for(heads * parts.count, 1, [&](std::int64_t begin, std::int64_t end) {
-    BlockBuffers<T> buf(map.wt.isa());
-    buf.reserve(kChunk, d, m, e);
-    Buffer<T> state_storage;
-    pgemm::PackedB<T> packed(map.wt.isa());
-    for (std::int64_t item = begin; item < end; ++item) {
-      const std::int64_t bh = item / parts.count, part = item % parts.count, b = bh / p.heads, h = bh % p.heads;
-      T* S = state_storage.get(size);
-      T* Sden = S + m * e;
-      if (parts.count > 1) {
-        std::copy(before.data() + item * size, before.data() + (item + 1) * size, S);
-      } else {
-        std::fill(S, S + size, T(0));
-      }
-      const Rows q = slice(p.q, b, h), k = slice(p.k, b, h), out = slice(p.out, b, h);
-      const std::int64_t t_end = std::min(L, (part + 1) * parts.length);
-      for (std::int64_t t0 = part * parts.length; t0 < t_end; t0 += kChunk) {
-        const std::int64_t n = std::min(kChunk, t_end - t0);
-        T *fq = buf.f(), *fk = buf.f2(), *P = buf.p(), *O = buf.o(), *z = buf.rows_c();
-        dash_of_rows(map, q, t0, n, buf.x(), fq, buf.ws);
-        query_features(map, n, fq, fq, fq, buf.x(), buf.rows_a(), buf.rows_b());
-        dash_of_rows(map, k, t0, n, buf.x(), fk, buf.ws);
-        const T* a = read_weights(p.key_weights, b, 0, t0, n, buf.rows_b());
-        causal_key_features(map, n, fk, fk, fk, buf.x(), buf.rows_a(), a);
-        read_values(p, b, h, t0, n, buf);
-        // Earlier chunks through the state, this one through the masked product.
-        if (t0 > 0) {
-          packed.pack(m, e, {S, e});
-          pgemm::multiply<T>(n, {fq, m}, packed, O, e, false, buf.ws);
-          row_dots(n, m, fq, Sden, z);
-        } else {
-          std::fill(O, O + n * e, T(0));
-          std::fill(z, z + n, T(0));
-        }
-        pgemm::multiply<T>(n, n, m, {fq, m}, {fk, m, true}, P, n, false, buf.ws, pgemm::Band::lower_tiles);
-        mask_upper(n, P);
-        pgemm::multiply<T>(n, e, n, {P, n}, {buf.v(), e}, O, e, true, buf.ws, pgemm::Band::k_upto_row);
-        for (std::int64_t i = 0; i < n; ++i) {
-          T s = 0;
-          for (std::int64_t j = 0; j <= i; ++j) s += P[i * n + j];
-          z[i] += s;
-        }
-        divide_rows(n, e, O, z);
-        write_rows<T>(O, e, n, e, T(1), out, t0);
-        pgemm::multiply<T>(m, e, n, {fk, m, true}, {buf.v(), e}, S, e, true, buf.ws);
-        col_sums(n, m, fk, static_cast<const T*>(nullptr), Sden, true);
-      }
-    }
-  });
-}
-
-template <class T>
 void forward(const PerformerProblem& p) {
   if (p.batch * p.heads == 0 || p.queries == 0 || p.value_dim == 0) return;
   if (p.options.causal) {
@@ -369,13 +248,8 @@ void BlockBuffers<T>::reserve(std::int64_t rows, std::int64_t d, std::int64_t m,
   template void read_values<T>(const PerformerProblem&, std::int64_t, std::int64_t, std::int64_t, std::int64_t,  \
                                BlockBuffers<T>&);                                                               \
   template void query_features<T>(const FeatureMap<T>&, std::int64_t, const T*, T*, T*, const T*, T*, T*);     \
-  template void causal_key_features<T>(const FeatureMap<T>&, std::int64_t, const T*, T*, T*, const T*, T*,      \
-                                       const T*);                                                               \
   template void divide_rows<T>(std::int64_t, std::int64_t, T*, const T*);                                        \
-  template void mask_upper<T>(std::int64_t, T*);                                                                \
-  template void causal_states_before<T>(const PerformerProblem&, const FeatureMap<T>&, CausalParts, T*);       \
-  template void add_causal_key_state<T>(const PerformerProblem&, const FeatureMap<T>&, std::int64_t,           \
-                                        std::int64_t, std::int64_t, std::int64_t, BlockBuffers<T>&, T*);
+  template void mask_upper<T>(std::int64_t, T*);
 
 SKETCHCORE_PERFORMER_PASSES(float)
 SKETCHCORE_PERFORMER_PASSES(double)

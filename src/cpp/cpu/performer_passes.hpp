@@ -81,16 +81,70 @@ struct CausalParts {
   static CausalParts of(const PerformerProblem& p);
 };
 
-/// Into before[(bh·parts + part)·(m·e + m) …]: the state S, S_den before each part, the sums over the
-/// earlier parts' keys of φ'(k) ⊗ w·v and φ'(k) (zero for the first part).
+// --- causal softmax keys' constants (cpu/performer_causal_cpu.cpp) --------------------------------
+//
+// Causal softmax keys are φ(k_j) = α·exp(dash_j − diag_j − c): no β, so any c common to the keys of a
+// query cancels in its ratio. c is data-dependent and never looks ahead: tokens are processed in
+// spans of consecutive tokens whose keys share one constant, the running maximum of the keys'
+// exponents r_j = max_f dash_jf − diag_j up to and including the span's *first* key (keys of weight
+// a_j = 0 excluded: they add nothing). Every query's keys then include one with r_j ≥ c, so its
+// normaliser is ≥ α²·β = 1e-5/m (no underflow), and no output depends on a later token, to the bit.
+// A span ends before the first key whose r_j exceeds c by more than kSpanSpread (so no exponential
+// exceeds e^kSpanSpread); where it ends depends on that key, but no earlier row's arithmetic does.
+// When a span's constant is larger than the state's, the state of the earlier keys is rescaled by
+// exp(c_old − c_new) (the online-softmax step). Spans before the first key of nonzero weight are
+// "keyless": their outputs and gradients are 0, their constant a placeholder. (A fixed bound such as
+// max_f |W_f|²/2 underflowed every key in float32 from head dimension 128 on.)
+
+/// The largest exponent of a causal key above its span's constant.
+constexpr double kSpanSpread = 40;
+
+/// A causal span: tokens [t0, t0 + n) whose keys share the constant c.
+template <class T>
+struct CausalSpan {
+  std::int64_t t0 = 0, n = 0;
+  T c = 0;
+  bool keyless = false;  ///< no key of nonzero weight up to its end (c is a placeholder 0)
+};
+
+/// The first span among n consecutive keys with `dash` (n × m), diag = |k'|²/2 and weights `a` (null:
+/// 1), after keys whose exponents' running maximum is `running` (−inf for none): returns it (t0 = 0,
+/// 1 ≤ n' ≤ n) and adds its keys to `running`. relu keys: n and 0.
+template <class T>
+CausalSpan<T> causal_span(const FeatureMap<T>& map, std::int64_t n, const T* dash, const T* diag, const T* a,
+                          T& running);
+
+/// The starting constant of the causal spans (−inf for softmax, 0 for relu).
+template <class T>
+T causal_start_constant(const FeatureMap<T>& map);
+
+/// Rescales a causal state (`size` entries, and its compensation `comp` when not null) kept with the
+/// constant c_old to the constant c_new ≥ c_old.
+template <class T>
+void rescale_state(const FeatureMap<T>& map, std::int64_t size, T c_old, T c_new, T* S, T* comp);
+
+/// sum += block with Kahan's compensation in `comp`: the rounding error of a sum of many blocks stays
+/// about 2u·Σ|blocks| whatever their number (a plain float32 running sum grows with it, and a count of
+/// 2²⁴ ones stops there).
+template <class T>
+void compensated_add(std::int64_t n, const T* block, T* sum, T* comp) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T y = block[i] - comp[i];
+    const T t = sum[i] + y;
+    comp[i] = (t - sum[i]) - y;
+    sum[i] = t;
+  }
+}
+
+/// Into before[(bh·parts + part)·(m·e + m + 1) …]: the state S, S_den before each part, the sums over
+/// the earlier parts' keys of φ'(k) ⊗ w·v and φ'(k) (zero for the first part), then their constant
+/// (the keys' running maximum before the part; the start constant for the first part).
 template <class T>
 void causal_states_before(const PerformerProblem& p, const FeatureMap<T>& map, CausalParts parts, T* before);
 
-/// The sums of the causal key state over the chunks of rows [t0, t1) of head (b, h) added into S
-/// (m × e) and S_den (m).
+/// The causal forward (cpu/performer_causal_cpu.cpp).
 template <class T>
-void add_causal_key_state(const PerformerProblem& p, const FeatureMap<T>& map, std::int64_t b, std::int64_t h,
-                          std::int64_t t0, std::int64_t t1, BlockBuffers<T>& buf, T* S);
+void causal_forward(const PerformerProblem& p);
 
 /// Weights of rows [row0, row0 + n) of head (b, h) into dst, or null without weights.
 template <class T>
@@ -109,10 +163,12 @@ template <class T>
 void query_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* x, T* diag,
                     T* top);
 
-/// Causal key features from `dash`: g into `g`, φ' = a·α·(g + β) into `phi` (a null: 1).
+/// Causal key features from `dash` and diag = |k'|²/2 (softmax; as causal_span's): g into `g`,
+/// φ' = a·α·(g + β) into `phi` (a null: 1), g = exp(dash − diag − c) (softmax; 0 where a = 0, and
+/// c = −inf stands for 0) or relu(dash·m^(−1/2)).
 template <class T>
-void causal_key_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* x, T* diag,
-                         const T* a);
+void causal_key_features(const FeatureMap<T>& map, std::int64_t n, const T* dash, T* g, T* phi, const T* diag,
+                         const T* a, T c);
 
 /// `count` empty packed operands for `isa` (one per head).
 template <class T>
