@@ -7,9 +7,10 @@ Per head (d = head dim, m = features, W the (m, d) orthogonal random features):
   φ(x) = m^(-1/2)·(exp(x'Wᵀ − |x'|²/2 − c) + 1e-5), with c the maximum of x'Wᵀ over the
   features for queries, and for keys Panther's maximum over features *and sequence* (a
   constant per batch and head), except in causal mode, where that maximum would let later
-  tokens change earlier outputs: keys there use c = max_i |W_i|²/2, a bound of the exponent
-  that depends on no token (x'·w − |x'|²/2 ≤ |w|²/2), and no additive 1e-5 (a constant factor
-  of all keys cancels in the ratio below);
+  tokens change earlier outputs: keys there have no additive 1e-5, so any constant c shared by
+  the keys of a query cancels in the ratio below, and c is the running maximum of the keys'
+  exponents up to that query (data-dependent, never from a later token; a fixed bound such as
+  max_i |W_i|²/2 underflowed every key in float32 from head dimension 128 on);
 * relu kernel: φ(x) = relu(m^(-1/2)·x Wᵀ) + 1e-5;
 * out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j), over all j, or over j ≤ i when causal.
 
@@ -31,12 +32,11 @@ by the norms of independent Gaussian rows) drawn from sketchcore's counter-based
 sketches: a pure function of ``seed``, without touching torch's global RNG (Panther calls
 ``torch.manual_seed`` on every construction).
 
-``reference_attention`` below is the same math in composite torch operations (the formulas the
-kernels are tested against, and the second-order gradients' path).
+``reference_attention`` (:mod:`sketchcore.torch._performer_formulas`) is the same math in composite
+torch operations (the second-order gradients' path).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import torch
@@ -48,9 +48,6 @@ from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._performer import performer_attention
 from sketchcore.torch._modules import _positive_int
 
-# Causal block length of the composite reference: each block costs a masked chunk² product per
-# batch and head plus a few launches, so GPUs (launch-bound at 128) take longer blocks than CPUs.
-_CHUNK = {"cpu": 128, "cuda": 1024}
 _KERNELS = ("softmax", "relu")
 
 
@@ -65,60 +62,6 @@ def orthogonal_features(num_features: int, dim: int, seed: int, *, dtype=None, d
     W = torch.cat([torch.linalg.qr(gaussians[b * dim:(b + 1) * dim])[0].t() for b in range(blocks)])[:num_features]
     norms = torch.linalg.vector_norm(gaussians[blocks * dim:], dim=1)
     return (W * norms[:, None]).to(dtype=dtype or torch.get_default_dtype(), device=device)
-
-
-def _features(x: Tensor, W: Tensor, kernel_fn: str, is_query: bool, causal: bool) -> Tensor:
-    """φ(x) for x (B, H, L, d) and W (m, d): (B, H, L, m), in at least float32."""
-    compute = torch.promote_types(x.dtype, torch.float32)
-    x, W = x.to(compute), W.to(compute)
-    m, d = W.shape
-    if kernel_fn == "relu":
-        return F.relu(x @ W.t() / math.sqrt(m)) + 1e-5
-    x = x * d ** -0.25
-    dash = x @ W.t()
-    exponent = dash - x.square().sum(-1, keepdim=True) / 2
-    if is_query:
-        return (torch.exp(exponent - dash.amax(-1, keepdim=True)) + 1e-5) / math.sqrt(m)
-    if causal:  # a bound that depends on no token: x'·w − |x'|²/2 ≤ |w|²/2
-        return torch.exp(exponent - W.square().sum(-1).amax() / 2) / math.sqrt(m)
-    return (torch.exp(exponent - dash.amax(dim=(-1, -2), keepdim=True)) + 1e-5) / math.sqrt(m)
-
-
-def _linear_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-    """Σ_j (q_i·k_j) v_j over all j or j ≤ i, for q, k (B, H, L, m) and v (B, H, L, e)."""
-    if not causal:
-        return q @ (k.transpose(-1, -2) @ v)
-    length = q.shape[-2]
-    chunk = _CHUNK.get(q.device.type, 128)
-    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])
-    mask = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    outputs = []
-    for start in range(0, length, chunk):
-        stop = min(start + chunk, length)
-        qc, kc, vc = q[..., start:stop, :], k[..., start:stop, :], v[..., start:stop, :]
-        block = (qc @ kc.transpose(-1, -2)).masked_fill(~mask[:stop - start, :stop - start], 0.0)
-        outputs.append(qc @ state + block @ vc)
-        state = state + kc.transpose(-1, -2) @ vc
-    return torch.cat(outputs, dim=-2)
-
-
-def reference_attention(q: Tensor, k: Tensor, v: Tensor, W: Tensor, kernel_fn: str, causal: bool,
-                        key_weights: Optional[Tensor] = None, value_weights: Optional[Tensor] = None) -> Tensor:
-    """Performer attention in composite torch operations, in at least float32, for q (B, H, L, d),
-    k (B, H, S, d), v (B, H, S, e): φ(k) times key_weights (B, S), v times value_weights
-    (B, H, S) in the numerator only, the normaliser as a column of ones appended to v (the
-    formulas of sketchcore's kernels, and this layer's implementation before them)."""
-    phi_q = _features(q, W, kernel_fn, True, causal)
-    phi_k = _features(k, W, kernel_fn, False, causal)
-    if key_weights is not None:
-        phi_k = phi_k * key_weights.to(phi_k.dtype)[:, None, :, None]
-    v = v.to(phi_q.dtype)
-    if value_weights is not None:
-        v = v * value_weights.to(v.dtype)[..., None]
-    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-    both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), causal)
-    numerator, normaliser = both[..., :-1], both[..., -1:]
-    return numerator / normaliser.clamp_min(torch.finfo(normaliser.dtype).tiny)
 
 
 def _kept_keys(key_padding_mask: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 import sketchcore
 from sketchcore.torch import _eager
+from sketchcore.torch._performer_formulas import reference_attention
 
 _KERNELS = ("softmax", "relu")
 
@@ -85,7 +86,6 @@ def _backward(ctx, grad, direct: bool = False):
     q, k, v, features, key_weights, value_weights, out = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
     if torch.is_grad_enabled():  # the backward is being recorded (create_graph=True): second order
-        from sketchcore.torch._attention import reference_attention
         ref = reference_attention(q, k, v, features, ctx.kernel, ctx.causal, key_weights, value_weights).to(out.dtype)
         wanted = [t for t, w in zip((q, k, v), needs) if w]
         computed = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True))
