@@ -67,10 +67,12 @@ class FakeProducer:
     (the array must have that many elements before it in its base buffer).
     shape, strides: report these (strides in elements) instead of the array's own, e.g.
     extents no NumPy array can have.
+    ndim: report this number of dimensions (e.g. a negative one) instead of len(shape).
     """
 
     def __init__(self, array, *, versioned=True, flags=0, byte_offset_elements=0, null_strides=False,
-                 device=(1, 0), dtype_code=None, major=1, accepts_keywords=True, shape=None, strides=None):
+                 device=(1, 0), dtype_code=None, major=1, accepts_keywords=True, shape=None, strides=None,
+                 ndim=None):
         self.array = array
         self.shape = tuple(array.shape) if shape is None else tuple(shape)
         self.strides = tuple(s // array.itemsize for s in array.strides) if strides is None else tuple(strides)
@@ -82,6 +84,7 @@ class FakeProducer:
         self.dtype_code = dtype_code or _DTYPES[array.dtype]
         self.major = major
         self.accepts_keywords = accepts_keywords
+        self.ndim = ndim
         self.deleted = 0
         self.calls = []
         self._keep = []
@@ -106,7 +109,7 @@ class FakeProducer:
         t.data = a.__array_interface__["data"][0] - self.offset
         t.byte_offset = self.offset
         t.device = DLDevice(*self.device)
-        t.ndim = ndim
+        t.ndim = ndim if self.ndim is None else self.ndim
         t.dtype = DLDataType(self.dtype_code[0], self.dtype_code[1], 1)
         t.shape = ctypes.cast(shape, c_int64_p)
         t.strides = None if self.null_strides else ctypes.cast(strides, c_int64_p)

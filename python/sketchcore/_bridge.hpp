@@ -60,9 +60,17 @@ inline sketchcore::CpuGemmProvider& framework_gemm(int framework) noexcept {
 }
 
 /// A view of `ndim` extents and strides read straight from a DLPack tensor (null strides:
-/// compact row-major), built without intermediate vectors; throws shape_error as TensorView.
+/// compact row-major), built without intermediate vectors; throws shape_error as TensorView, and
+/// for a negative ndim or a missing shape (a malformed capsule).
 inline sketchcore::TensorView view_of(void* data, sketchcore::DType dtype, const std::int64_t* shape,
                                       const std::int64_t* strides, int ndim, sketchcore::Device device) {
+  if (ndim < 0) {
+    throw sketchcore::shape_error("expected a DLPack tensor with ndim >= 0, got ndim " + std::to_string(ndim));
+  }
+  if (ndim > 0 && shape == nullptr) {
+    throw sketchcore::shape_error("expected a DLPack tensor with a shape, got a null shape with ndim " +
+                                  std::to_string(ndim));
+  }
   std::vector<std::int64_t> extents(shape, shape + ndim);
   std::vector<std::int64_t> steps;
   if (strides) steps.assign(strides, strides + ndim);

@@ -166,6 +166,21 @@ cdef object _torch_capsule(object obj, object stream):
     return _torch_to_dlpack(obj)
 
 
+cdef int _refuse_unexportable_torch(object t, str name) except -1:
+    """Raises a TypeError naming `name` for the torch tensors DLPack cannot export (sparse or other
+    non-strided layouts, the meta device), whose own messages name no argument ("Cannot access data
+    pointer of Tensor that doesn't have storage"); returns 0 for any other cause. Called only after
+    an export failed, so the usual call pays nothing for it."""
+    layout = str(t.layout)
+    if layout != "torch.strided":
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {layout}; pass {name}.to_dense()")
+    if t.device.type == "meta":
+        raise TypeError(f"{name}: expected a tensor with data, got one on the 'meta' device (sketchcore computes on "
+                        "data; shapes alone go through the torch operators of sketchcore.torch, whose fake kernels "
+                        "torch.compile and meta tensors use)")
+    return 0
+
+
 cdef object _export(object obj, str name, bint for_writing, object stream):
     """Calls obj.__dlpack__, preferring a versioned capsule. `stream` (CUDA arrays only) is
     the consumer's stream in DLPack's convention: the producer makes the data ready on it."""
@@ -243,9 +258,14 @@ cdef ImportedTensor import_array(object obj, str name, bint for_writing, object 
             imported = None
         if imported is not None:
             return imported
-    capsule = _torch_capsule(obj, stream)
-    if capsule is None:
-        capsule = _export(obj, name, for_writing, stream)
+    try:
+        capsule = _torch_capsule(obj, stream)
+        if capsule is None:
+            capsule = _export(obj, name, for_writing, stream)
+    except (RuntimeError, BufferError):
+        if is_torch_tensor(obj):
+            _refuse_unexportable_torch(obj, name)
+        raise
     cdef ImportedTensor t = ImportedTensor.__new__(ImportedTensor)
     t.name = name
     cdef DLTensor* dl
@@ -287,8 +307,11 @@ cdef int borrow_versioned(object capsule, str name, TensorView* view,
     PyCapsule_SetName(capsule, VERSIONED_USED)
     owner[0] = managed
     cdef DLTensor* dl = &managed.dl_tensor
-    view[0] = view_of(<char*>dl.data + dl.byte_offset, _to_dtype(dl.dtype, name), dl.shape, dl.strides, dl.ndim,
-                      _to_device(dl.device, name))
+    try:
+        view[0] = view_of(<char*>dl.data + dl.byte_offset, _to_dtype(dl.dtype, name), dl.shape, dl.strides,
+                          dl.ndim, _to_device(dl.device, name))
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
     return 0
 
 
@@ -312,8 +335,12 @@ cdef int borrow_torch(object t, str name, TensorView* view, Borrowed* held, bint
                         f"{type(t).__qualname__}")
     elif t.is_neg():  # a lazily negated view (torch._neg_view): DLPack would hand over the unnegated memory
         t = t.resolve_neg()
-    capsule = (_torch_to_dlpack(t) if _torch_to_dlpack is not None
-               else t.detach().__dlpack__(max_version=_DLPACK_MAX_VERSION))
+    try:
+        capsule = (_torch_to_dlpack(t) if _torch_to_dlpack is not None
+                   else t.detach().__dlpack__(max_version=_DLPACK_MAX_VERSION))
+    except (RuntimeError, BufferError):
+        _refuse_unexportable_torch(t, name)
+        raise
     if held.count == MAX_BORROWED:
         raise RuntimeError("borrow_torch: too many operands")
     held.owners[held.count] = NULL
