@@ -73,10 +73,14 @@ def performer_attention(q, k, v, features, *, kernel="softmax", causal=False, ke
 
     * ``"softmax"`` (FAVOR+ positive features): φ(x) = m^(-1/2)·(exp(x'·Wᵀ − ‖x'‖²/2 − c) + 1e-5),
       c the largest entry of x'·Wᵀ over the features (queries), over the features and all keys
-      of the (batch, head) (keys), or in causal mode max_f ‖W_f‖²/2 for keys, without the 1e-5;
+      of the (batch, head) (keys); in causal mode keys have no 1e-5 and c is the running maximum
+      of the earlier keys' exponents (it cancels in each ratio; never from a later token), which
+      keeps float32 accurate at any head dimension;
     * ``"relu"``: φ(x) = relu(m^(-1/2)·x·Wᵀ) + 1e-5.
 
     These are the formulas of :class:`sketchcore.torch.RandMultiHeadAttention` (Panther's).
+    Sums over keys are joined block by block with Kahan's compensation, so their float32 error
+    does not grow with the sequence length (about 130·2⁻²⁴ of the sum of the terms' sizes).
 
     Parameters
     ----------
@@ -153,7 +157,9 @@ def performer_attention_backward(grad_out, q, k, v, features, out, *, kernel="so
     returns ``(dq, dk, dv)``, ``None`` for those not in ``needs``. The features and the states
     are recomputed block by block (nothing of size L × m is formed); the maxima inside the
     softmax features are differentiated as computed, a maximum's gradient split evenly among
-    tied entries (as torch's ``amax``). ``features`` and the weights get no gradient.
+    tied entries (as torch's ``amax``). ``features`` and the weights get no gradient. For
+    float16/bfloat16 operands ``out`` is recomputed in float32 rather than read, so the gradients
+    are as accurate as 16-bit rounding of the exact ones.
 
     Parameters
     ----------

@@ -105,4 +105,10 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, W: Tensor, kernel_fn: s
             phi_k = phi_k * key_weights.to(phi_k.dtype)[:, None, :, None]
         both = _linear_attention(phi_q, phi_k, torch.cat([v, ones], dim=-1), causal)
     numerator, normaliser = both[..., :-1], both[..., -1:]
-    return numerator / normaliser.clamp_min(torch.finfo(normaliser.dtype).tiny)
+    # out = numerator / max(normaliser, tiny), as the kernels; where the normaliser is below tiny (a
+    # query whose keys all have weight 0) nothing moves the output, and the gradient is 0 there, not
+    # dout/tiny times zero features (inf·0 = NaN in float32).
+    tiny = torch.finfo(normaliser.dtype).tiny
+    kept = normaliser >= tiny
+    safe = torch.where(kept, normaliser, torch.ones_like(normaliser))
+    return torch.where(kept, numerator / safe, numerator.detach() / tiny)

@@ -17,8 +17,11 @@ namespace sketchcore {
 /// - `softmax`: FAVOR+'s positive features. x' = x·d^(−1/4), dash = x'·Wᵀ,
 ///   φ(x) = m^(−1/2)·(exp(dash − |x'|²/2 − c) + 1e-5) with c = max over the features of dash
 ///   for queries; for keys, c = the maximum of dash over the features and all S keys of the
-///   (batch, head) (one constant), or in causal mode c = max_f |W_f|²/2 and no 1e-5 (a bound
-///   that depends on no token, so later keys cannot change earlier outputs).
+///   (batch, head) (one constant). In causal mode keys have no 1e-5, so any constant shared by a
+///   query's keys cancels in its ratio: c is the running maximum of the keys' exponents
+///   max_f dash − |k'|²/2 (keys of weight 0 excluded), taken where the kernels start a run of
+///   tokens and never from a later token (outputs do not depend on later tokens, to the bit), with
+///   the earlier keys' sums rescaled as it grows: stable at any head dimension in float32.
 /// - `relu`: φ(x) = relu(m^(−1/2)·x·Wᵀ) + 1e-5.
 enum class PerformerKernel : std::uint8_t {
   softmax,  ///< FAVOR+ positive softmax features
@@ -50,7 +53,9 @@ struct PerformerGradients {
 /// type. The feature map is options.kernel's (PerformerKernel). Time and memory are linear in
 /// the sequence lengths: non-causal attention reduces the keys to one m × (e + 1) state per head
 /// and multiplies φ(q) by it; causal attention runs over chunks with a running state and an
-/// exact masked product inside each chunk.
+/// exact masked product inside each chunk. Sums over keys are formed per block of 128 and joined
+/// with Kahan's compensation: in float32 their error is about (128 + 2)·u·Σ|terms| (u = 2⁻²⁴) for
+/// any number of keys (2²⁴ all-ones keys give exactly 1). 16-bit operands are computed in float32.
 ///
 /// Operands, all on one device:
 /// - `q` (B, H, L, d), `k` (B, H, S, d), `v` (B, H, S, e), `out` (B, H, L, e): one dtype, float16,
@@ -75,7 +80,9 @@ SKETCHCORE_API void performer_attention(const TensorView& q, const TensorView& k
                                         const std::optional<TensorView>& value_weights = std::nullopt);
 
 /// Gradients of performer_attention with respect to q, k and v, given `grad_out` = dL/dout and
-/// the forward's `out`; the same operands and options as the forward. The feature map's
+/// the forward's `out`; the same operands and options as the forward. For float16/bfloat16
+/// operands `out` is recomputed in float32 instead of read (its rounding would enter every
+/// gradient); `out` must still be given and valid. The feature map's
 /// maxima are differentiated as the forward computes them (a maximum's gradient split evenly
 /// among tied entries); features and weights get no gradient. Nothing of size L × m is kept or
 /// formed: the states and the features are recomputed block by block, so memory stays linear
