@@ -17,24 +17,21 @@ UNVERIFIED_VARIABLE = "SKETCHCORE_CUDA_UNVERIFIED"
 
 
 class GatedPath(NamedTuple):
-    """One gated path, as :func:`gated_paths` reports it.
-
-    Attributes
-    ----------
-    name : str
-        Its name in ``SKETCHCORE_CUDA_UNVERIFIED`` and in :func:`set_gated_path`.
-    description : str
-        What the path is, and what runs while it is closed.
-    enabled : bool
-        Whether calls take it now.
-    overridden : bool
-        Whether a program's :func:`set_gated_path` (not the environment) decides it.
-    """
+    """One gated path, as :func:`gated_paths` reports it: ``name``, ``description``,
+    ``enabled``, ``overridden`` (the fields' own entries say what each holds)."""
 
     name: str
     description: str
     enabled: bool
     overridden: bool
+
+
+# The fields' documentation (a NamedTuple's fields are properties; an Attributes section would
+# describe them a second time).
+GatedPath.name.__doc__ = "str: its name in ``SKETCHCORE_CUDA_UNVERIFIED`` and in :func:`set_gated_path`."
+GatedPath.description.__doc__ = "str: what the path is, and what runs while it is closed."
+GatedPath.enabled.__doc__ = "bool: whether calls take it now."
+GatedPath.overridden.__doc__ = "bool: whether a program's :func:`set_gated_path` (not the environment) decides it."
 
 
 def gated_paths() -> list[GatedPath]:
