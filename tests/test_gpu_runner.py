@@ -138,7 +138,8 @@ def test_the_tests_step_runs_the_gpu_tests_with_the_gate_closed_and_open(tmp_pat
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA Stand-in GPU'\n")
-    (bin_dir / "python").write_text(f"#!/bin/sh\necho \"gate=$SKETCHCORE_CUDA_UNVERIFIED $*\" >> {calls}\n")
+    (bin_dir / "python").write_text(f"#!/bin/sh\necho \"gate=$SKETCHCORE_CUDA_UNVERIFIED $*\" >> {calls}\n"
+                                    "case \"$*\" in *'-m pytest'*) echo \"1$SKETCHCORE_CUDA_UNVERIFIED passed in 0.01s\";; esac\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     out = tmp_path / "out"
@@ -150,5 +151,7 @@ def test_the_tests_step_runs_the_gpu_tests_with_the_gate_closed_and_open(tmp_pat
     for line, state, label in zip(pytest_calls, ("0", "1"), ("closed", "open")):
         assert line.startswith(f"gate={state} -m pytest -m gpu ")
         assert f"--junitxml={out}/gpu-tests-gate-{label}.xml tests" in line
+    assert "-- tests: ok in " in done.stdout
+    assert "gate closed: 10 passed in 0.01s; gate open: 11 passed in 0.01s" in done.stdout  # the step's note
     step, result, _, _, device = (out / "steps.tsv").read_text().splitlines()[1].split("\t")
     assert (step, result, device) == ("tests", "ok", "NVIDIA Stand-in GPU")

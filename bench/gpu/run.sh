@@ -74,7 +74,7 @@ step() {
   local tail_line seconds=$((SECONDS - start)) result
   result=$([ $rc = 0 ] && echo ok || echo FAIL)
   device_total=$((device_total + seconds))
-  tail_line=$(grep -E "passed|failed|error|ERROR SUMMARY|Error" "$out/$name.log" | tail -n 1 | cut -c1-90)
+  tail_line=$(grep -E "passed|failed|error|ERROR SUMMARY|Error" "$out/$name.log" | tail -n 1 | cut -c1-150)
   summary+=("$(printf '%-10s %-4s %6s %7s  %s' "$name" "$result" "$seconds" "$device_total" "$tail_line")")
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$result" "$seconds" "$date_tag" "$device_name" >>"$out/steps.tsv"
   echo "-- $name: $result in $seconds device-s (total $device_total s)${tail_line:+; $tail_line}"
@@ -148,13 +148,16 @@ gpu_pass() {
   echo "## GPU tests, gated paths $label: SKETCHCORE_CUDA_UNVERIFIED=$1"
   SKETCHCORE_CUDA_UNVERIFIED=$1 "$python" -c "import sketchcore; print(sketchcore.gated_paths())"
   SKETCHCORE_CUDA_UNVERIFIED=$1 "$python" -m pytest -m gpu -rs -q -p no:cacheprovider "${per_test[@]}" \
-    --junitxml="$out/gpu-tests-gate-$label.xml" tests
+    --junitxml="$out/gpu-tests-gate-$label.xml" tests | tee "$out/gpu-tests-gate-$label.txt"
+  return "${PIPESTATUS[0]}"
 }
 
 tests() {  # both sides of the gate (the gated tests also parametrize over it themselves)
   local rc=0
   gpu_pass 0 || rc=1
   gpu_pass 1 || rc=1
+  # The step's note: both passes' pytest summaries.
+  echo "gate closed: $(tail -n 1 "$out/gpu-tests-gate-closed.txt"); gate open: $(tail -n 1 "$out/gpu-tests-gate-open.txt")"
   return $rc
 }
 
