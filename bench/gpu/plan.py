@@ -75,8 +75,9 @@ def read_measured(results: pathlib.Path) -> dict[str, Estimate]:
 
 
 def plan(steps: list[str], estimates: dict[str, Estimate], measured: dict[str, Estimate], limits: dict[str, int],
-         slot: int, start: int, per_call: int) -> list[str]:
-    """The plan's lines."""
+         slot: int, start: int, per_call: int, fill: float = 0.8) -> list[str]:
+    """The plan's lines; commands are filled to `fill` of the per-command limit (the estimates
+    are rough, and a command killed at the limit loses its step's results)."""
     lines = [f"plan for bench/gpu/run.sh: STEPS=\"{' '.join(steps)}\"",
              f"{'step':<10} {'est. s':>7} {'total s':>8} {'limit s':>8}  what it runs; where the estimate comes from"]
     total = float(start)
@@ -91,7 +92,7 @@ def plan(steps: list[str], estimates: dict[str, Estimate], measured: dict[str, E
             slot_marked = True
         lines.append(f"{name:<10} {estimate.seconds:>7.0f} {total:>8.0f} {limits[name]:>8}  {WHAT.get(name, '')}; "
                      f"{estimate.source}")
-        if current and current_s + estimate.seconds > per_call:
+        if current and current_s + estimate.seconds > fill * per_call:
             calls.append((current, current_s))
             current, current_s = [], 0.0
         current.append(name)
@@ -100,9 +101,10 @@ def plan(steps: list[str], estimates: dict[str, Estimate], measured: dict[str, E
         calls.append((current, current_s))
     lines.append(f"total: {total:.0f} s of device time ({total / 60:.1f} min) for a {slot} s slot"
                  + ("" if total <= slot else f": {total - slot:.0f} s over, split it across slots"))
-    lines.append(f"commands within the device tool's {per_call} s limit per command (one machine, kept warm):")
+    lines.append(f"commands of at most {fill * per_call:.0f} s ({fill:.0%} of the device tool's {per_call} s limit per "
+                 "command; one machine, kept warm):")
     for names, seconds in calls:
-        flag = "" if seconds <= per_call else f"  (over {per_call} s alone: raise TIMEOUT_ or run it apart)"
+        flag = "" if seconds <= fill * per_call else f"  (over {fill * per_call:.0f} s alone: run it apart)"
         lines.append(f"  STEPS=\"{' '.join(names)}\" bash bench/gpu/run.sh OUTDIR   # ~{seconds:.0f} s{flag}")
     return lines
 
@@ -115,6 +117,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slot", type=int, default=900, help="device seconds of one slot")
     parser.add_argument("--start", type=int, default=90, help="device seconds a fresh machine's start costs")
     parser.add_argument("--per-call", type=int, default=600, help="the device tool's limit per command")
+    parser.add_argument("--fill", type=float, default=0.8, help="the share of --per-call a planned command may fill")
     parser.add_argument("--limit", action="append", default=[], metavar="STEP=SECONDS",
                         help="a step's time limit (run.sh's TIMEOUT_STEP; default 600)")
     args = parser.parse_args(argv)
@@ -128,7 +131,7 @@ def main(argv: list[str]) -> int:
         name, _, seconds = item.partition("=")
         limits[name] = int(seconds)
     lines = plan(steps, read_estimates(pathlib.Path(args.estimates)), read_measured(pathlib.Path(args.results)),
-                 limits, args.slot, args.start, args.per_call)
+                 limits, args.slot, args.start, args.per_call, args.fill)
     print("\n".join(lines))
     return 0
 
