@@ -74,7 +74,9 @@ step() {
   local tail_line seconds=$((SECONDS - start)) result
   result=$([ $rc = 0 ] && echo ok || echo FAIL)
   device_total=$((device_total + seconds))
-  tail_line=$(grep -E "passed|failed|error|ERROR SUMMARY|Error" "$out/$name.log" | tail -n 1 | cut -c1-150)
+  # The note: the last pytest summary, sanitizer summary or Python error (not file names like errors.hpp).
+  tail_line=$(grep -E "[0-9]+ (passed|failed|skipped|errors?)\b|ERROR SUMMARY|[A-Za-z]+Error: " "$out/$name.log" \
+    | tail -n 1 | cut -c1-150)
   summary+=("$(printf '%-10s %-4s %6s %7s  %s' "$name" "$result" "$seconds" "$device_total" "$tail_line")")
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$result" "$seconds" "$date_tag" "$device_name" >>"$out/steps.tsv"
   echo "-- $name: $result in $seconds device-s (total $device_total s)${tail_line:+; $tail_line}"
