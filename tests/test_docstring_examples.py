@@ -17,6 +17,7 @@ MODULES = [
     "sketchcore._performer",
     "sketchcore._runtime",
     "sketchcore._framework_gemm",
+    "sketchcore._gates",
     "sketchcore._dlpack",
     "sketchcore._dlpack_buffer",
     "sketchcore.sketch",

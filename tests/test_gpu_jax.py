@@ -3,6 +3,9 @@ jitted jax.lax.scan, on XLA's stream. Forward and backward are compared with the
 path of the same core (bit for bit: same kernels, same cuBLASLt heuristic, TF32 off) and with
 float64 references; bfloat16 stays bfloat16.
 
+The CUDA handlers are the gated path jax_cuda_handlers: the tests open it, and
+test_with_the_gate_closed_gpu_calls_are_refused checks the closed side (eager and jitted).
+
 Every test here needs JAX with a CUDA device and a sketchcore built with its CUDA backend; it
 is skipped without them (the CPU-only machine that runs CI has none).
 """
@@ -31,6 +34,25 @@ pytestmark = [
                        reason="needs JAX on a CUDA device and sketchcore's CUDA backend"),
 ]
 TOLERANCE = {np.float32: 1e-5, jnp.bfloat16: 2e-2}
+
+
+@pytest.fixture(autouse=True)
+def gate_open():
+    with sketchcore.gated_path("jax_cuda_handlers", True):
+        yield
+
+
+def test_with_the_gate_closed_gpu_calls_are_refused(rng):
+    x, S, U, _ = on_gpu(operands(rng, (4,), 16, 3, 8, None), np.float32)
+    with sketchcore.gated_path("jax_cuda_handlers", False):
+        with pytest.raises(RuntimeError, match=r"x: an array on a CUDA GPU: .*'jax_cuda_handlers'"):
+            sj.sketched_matmul(x, S, U)
+        # Traced: no device to check before lowering, so the handler itself refuses.
+        with pytest.raises(Exception, match="sketchcore.jax on a CUDA device: .*'jax_cuda_handlers'"):
+            jax.block_until_ready(jax.jit(sj.sketched_matmul)(x, S, U))
+    y = jax.jit(sj.sketched_matmul)(x, S, U)  # open again: the same call runs
+    assert relative_error(np.asarray(y, np.float64), np.asarray(x, np.float64) @ np.asarray(S, np.float64)
+                          @ np.asarray(U, np.float64)) <= TOLERANCE[np.float32]
 
 
 def x64(enabled):

@@ -3,7 +3,10 @@
 the caller sees must not change: forward, the intermediate it writes (T·k wide, in the caller's
 layout), and every gradient — including Panther-style term ranges and a strided intermediate —
 against float64 on the CPU; and the padded call equals the same call on explicitly zero-padded
-factors. Needs a CUDA device (skipped without one)."""
+factors. Padding is the gated path cuda_padded_inner_width (not yet passed on a GPU): every test
+runs with the gate closed (the unpadded cuBLASLt call, the default) and open (padded), and
+test_the_gate_decides_which_path_runs checks, by the pool's peak, that the gate chose the path.
+Needs a CUDA device (skipped without one)."""
 import numpy as np
 import pytest
 
@@ -20,6 +23,13 @@ pytestmark = [
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}
 # (dtype, k): k·sizeof not a multiple of 16 bytes, so each runs padded.
 PADDED = [(torch.bfloat16, 13), (torch.float16, 15), (torch.float32, 5), (torch.bfloat16, 1)]
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["gate_closed", "gate_open"])
+def gate(request):
+    """Both sides of the gate: closed (the unpadded call) and open (padded inner widths)."""
+    with sketchcore.gated_path("cuda_padded_inner_width", request.param):
+        yield request.param
 
 
 def relative_error(actual, expected):
@@ -104,3 +114,39 @@ def test_a_lowrank_layer_of_odd_rank_trains_like_its_float64_twin():
     assert relative_error(as64(y), as64(y64)) <= TOLERANCE[torch.bfloat16]
     for name in ("S", "U", "bias"):
         assert relative_error(as64(getattr(layer, name).grad), as64(getattr(twin, name).grad)) <= 5e-2
+
+
+class RecordingAllocator:
+    """Serves sketchcore's temporaries from torch's caching allocator and records their sizes."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def allocate(self, nbytes, device, stream):
+        self.sizes.append(nbytes)
+        return torch.cuda.caching_allocator_alloc(nbytes, device, stream)
+
+    def deallocate(self, address, nbytes, device, stream):
+        torch.cuda.caching_allocator_delete(address)
+
+
+@pytest.mark.parametrize(("dtype", "k"), PADDED)
+def test_the_gate_decides_which_path_runs(gate, dtype, k):
+    """With 2-D S and U the unpadded call reads them in place; the padded one first packs
+    kp-wide copies of both (d_in·kp and kp·d_out elements): the temporaries show which path ran."""
+    gen = torch.Generator().manual_seed(14)
+    d_in, d_out, rows = 96, 80, 8
+    S, U, x = draw(gen, dtype, d_in, k), draw(gen, dtype, k, d_out), draw(gen, dtype, rows, d_in)
+    kp = sketchcore.cuda_inner_width(k, str(dtype).removeprefix("torch."))
+    assert (kp > k) == gate  # every PADDED case pads when, and only when, the gate is open
+    element = torch.finfo(dtype).bits // 8
+    packed = {d_in * kp * element, kp * d_out * element}
+    recorder = RecordingAllocator()
+    sketchcore.memory.set_device_allocator(recorder)
+    try:
+        y = sketchcore.sketched_matmul(x, S, U)
+        torch.cuda.synchronize()
+    finally:
+        sketchcore.memory.set_device_allocator("sketchcore")
+    assert relative_error(as64(y), (as64(x) @ as64(S)) @ as64(U)) <= TOLERANCE[dtype]
+    assert packed <= set(recorder.sizes) if gate else not packed & set(recorder.sizes), recorder.sizes

@@ -6,7 +6,10 @@ listed ones and more than the list holds), a padded causal prefix; the layer on 
 layer on the CPU; the caller's stream; memory linear in L; gradcheck and torch.compile.
 
 Every test here needs a CUDA device and is skipped without one. Written before any GPU run (no
-device in the session that wrote the kernels): the first run is the kernels' first test.
+device in the session that wrote the kernels): the first run is the kernels' first test. The
+kernels are the gated path cuda_performer_kernels: every test runs with the gate closed (torch
+tensors take the composite formula, other calls are refused) and open (the kernels), and
+test_the_gate_decides_which_path_runs checks which one ran.
 """
 import pytest
 
@@ -27,6 +30,13 @@ pytestmark = [
 # outputs rounded to 16 bits for the 16-bit types.
 DTYPES = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 KERNELS = ("softmax", "relu")
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["gate_closed", "gate_open"])
+def gate(request):
+    """Both sides of the gate: closed (the composite formula, the default) and open (the kernels)."""
+    with sketchcore.gated_path("cuda_performer_kernels", request.param):
+        yield request.param
 
 
 def relative_error(a, b):
@@ -110,7 +120,11 @@ def test_ties_listed_and_beyond_the_list(weights):
     check((1, 2, 30, 30, 8, 8, 100), "softmax", False, torch.float64, weights, W=same)
 
 
-def test_a_padded_causal_prefix_gives_finite_gradients():
+def test_a_padded_causal_prefix_gives_finite_gradients(gate, request):
+    if not gate:  # seen on the CPU: the composite's q and k gradients are NaN there (CHANGELOG, issue 40)
+        request.applymarker(pytest.mark.xfail(reason="the composite formula's autograd divides by the zero "
+                                                     "normaliser of a query whose keys so far are all padded; "
+                                                     "the kernels give zero gradients", strict=False))
     q, k, v, W, kw, vw = problem(2, 2, 150, 150, 16, 16, 32, torch.float32)
     kw[0, :5] = 0
     qc, kc, vc = (t.cuda().float().requires_grad_() for t in (q, k, v))
@@ -136,9 +150,33 @@ def test_the_layer_on_cuda_matches_the_layer_on_the_cpu(causal):
     assert half.dtype == torch.bfloat16 and relative_error(half, layer.cpu()(x, x, x)[0]) <= 3e-2
 
 
-def test_runs_on_the_callers_stream():
+def test_the_gate_decides_which_path_runs(gate):
+    """Closed: the array API refuses CUDA arrays naming the path, and the torch function is the
+    composite formula bit for bit (compact (B, H, L, e) memory). Open: the kernels, whose output
+    lies as (B, L, H, e) in memory."""
+    q, k, v, W, kw, vw = (None if t is None else t.cuda().float() for t in problem(2, 3, 50, 50, 16, 8, 32,
+                                                                                  torch.float32))
+    out = performer_attention(q, k, v, W, causal=True, key_weights=kw, value_weights=vw)
+    composite = reference_attention(q, k, v, W, "softmax", True, kw, vw).to(q.dtype)
+    if gate:
+        assert out.transpose(1, 2).is_contiguous()
+        assert torch.equal(out, sketchcore.performer_attention(q, k, v, W, causal=True, key_weights=kw,
+                                                               value_weights=vw))
+        assert relative_error(out, composite) <= DTYPES[torch.float32]
+    else:
+        assert out.is_contiguous() and torch.equal(out, composite)
+        with pytest.raises(RuntimeError, match=r"performer_attention on a CUDA device: .*'cuda_performer_kernels'"
+                                               r".*SKETCHCORE_CUDA_UNVERIFIED=1"):
+            sketchcore.performer_attention(q, k, v, W, causal=True)
+
+
+def test_runs_on_the_callers_stream(gate):
     q, k, v, W, kw, vw = (None if t is None else t.cuda().float() for t in problem(2, 4, 1000, 1000, 64, 64, 256,
                                                                                   torch.float32))
+    if not gate:  # the array API has only the kernels: refused, on any stream
+        with torch.cuda.stream(torch.cuda.Stream()), pytest.raises(RuntimeError, match="cuda_performer_kernels"):
+            sketchcore.performer_attention(q, k, v, W, causal=True)
+        return
     expected = sketchcore.performer_attention(q, k, v, W, causal=True)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

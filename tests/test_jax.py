@@ -202,8 +202,30 @@ def test_arrays_on_devices_without_a_handler_are_refused_naming_the_device(monke
     with pytest.raises(ValueError, match=r"S: expected an array on the CPU or a CUDA GPU, got one on \['tpu'\]"):
         sj._check_device("S", Placed("tpu"))
     monkeypatch.setattr(sj, "_CUDA_BUILT", True)
-    sj._check_device("U", Placed("gpu"))
+    with sketchcore.gated_path("jax_cuda_handlers"):
+        sj._check_device("U", Placed("gpu"))
     sj._check_device("bias", Placed("cpu"))
+
+
+def test_gpu_arrays_need_the_gated_cuda_handlers_opened(monkeypatch):
+    """The CUDA handlers have not yet run on a GPU: with the gated path closed a GPU array is
+    refused, naming the path and the variable that opens it; CPU arrays never are."""
+    class Placed:
+        def __init__(self, platform):
+            self.platform = platform
+
+        def devices(self):
+            return [types.SimpleNamespace(platform=self.platform)]
+
+    monkeypatch.setattr(sj.jax, "Array", Placed)
+    monkeypatch.setattr(sj, "_CUDA_BUILT", True)
+    with sketchcore.gated_path("jax_cuda_handlers", False):
+        with pytest.raises(RuntimeError, match=r"sketched_matmul: x: an array on a CUDA GPU: .*'jax_cuda_handlers'"
+                                               r".*SKETCHCORE_CUDA_UNVERIFIED=1"):
+            sj._check_device("x", Placed("gpu"))
+        sj._check_device("x", Placed("cpu"))
+    with sketchcore.gated_path("jax_cuda_handlers", True):
+        sj._check_device("x", Placed("gpu"))
 
 
 def test_without_jax_the_import_error_says_jax_is_missing():

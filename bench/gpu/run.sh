@@ -4,27 +4,61 @@
 # Cython, pytest, pytest-benchmark, hypothesis preinstalled).
 #
 #   bash bench/gpu/run.sh OUTDIR            # everything
+#   bash bench/gpu/run.sh --plan            # what it would run, each step's estimated device seconds
+#                                           # and where the estimate comes from, how to split a slot
 #   STEPS="facts build tests" bash bench/gpu/run.sh OUTDIR   # a subset, in this order
 #   DRY_RUN=1 bash bench/gpu/run.sh OUTDIR  # on a CPU machine: runs what needs no GPU, says what it skipped
-#   CPU_SUITE=0 ...                          # the tests step runs the GPU tests only
+#   CPU_SUITE=0 ...                          # leave the cpu_suite step out of the default steps
 #   TIMEOUT_tests=240 ...                    # a step's wall-clock limit in seconds (default 600)
+#   SLOT_S=900 START_S=90 ...                # --plan: the device slot, a fresh machine's start
+#
+# Gated paths (CUDA code not yet verified on a GPU, sketchcore.gated_paths()): the tests step runs
+# the GPU tests twice, with SKETCHCORE_CUDA_UNVERIFIED=0 (the defaults) and =1 (every gated path);
+# the sanitize, bench and llm steps run with them open (GATE=0 closes them), and say so in their logs.
 #
 # Wheels the machine lacks (scipy-openblas32 for its Python) are installed from .whl/ in the
 # repository root, filled beforehand on a machine with PyPI by bench/gpu/fetch_wheels.sh
-# (git-ignored; carry it along). Writes one log per step, the pytest JUnit XML, the benchmark
-# JSON and environment facts into OUTDIR, and prints a summary table last.
+# (git-ignored; carry it along). Everything goes into OUTDIR: one log per step, the pytest JUnit
+# XML, the benchmark JSON, environment facts, steps.tsv (step, result, seconds, date, device:
+# commit it with the logs under bench/results/, and --plan estimates from it) and summary.txt.
+# Each step prints its result and device seconds as it ends; the summary table comes last.
 set -uo pipefail
 
-out=${1:?usage: bench/gpu/run.sh OUTDIR}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+plan_only=0
+if [ "${1:-}" = --plan ]; then plan_only=1; shift; fi
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
-steps=${STEPS:-wheels facts build tests sanitize bench llm profile}
 dry=${DRY_RUN:-0}
+default_steps="wheels facts build tests"
+[ "${CPU_SUITE:-1}" = 1 ] && default_steps+=" cpu_suite"
+default_steps+=" sanitize bench llm profile"
+[ "$dry" = 1 ] && default_steps+=" collect llm_plan"
+steps=${STEPS:-$default_steps}
+all_steps="facts wheels build tests cpu_suite sanitize bench llm profile host collect llm_plan"
+for name in $steps; do
+  [[ " $all_steps " == *" $name "* ]] || { echo "unknown step '$name' ($all_steps)"; exit 2; }
+done
+
+if [ "$plan_only" = 1 ]; then
+  limits=()
+  for name in $all_steps; do limit_var="TIMEOUT_$name"; limits+=(--limit "$name=${!limit_var:-600}"); done
+  exec "$python" bench/gpu/plan.py --steps "$steps" --slot "${SLOT_S:-900}" --start "${START_S:-90}" \
+    --results "${RESULTS_DIR:-bench/results}" "${limits[@]}"
+fi
+
+out=${1:?usage: bench/gpu/run.sh [--plan] OUTDIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 date_tag=$(date -u +%Y-%m-%d)
+gate=${GATE:-1}  # the gated paths in the sanitize, bench and llm steps: 1 open, 0 closed
 summary=()
+device_total=0
+device_name=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | head -n 1)
+[ "$dry" = 1 ] || [ -z "$device_name" ] && device_name="no GPU${dry:+ (DRY_RUN=$dry)}"
+printf '# step\tresult\tseconds\tdate\tdevice\n' >"$out/steps.tsv"
+# A warm machine keeps what an earlier call's wheels step installed.
+[ -d /tmp/sketchcore-site ] && export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH}
 
 # step NAME COMMAND...: runs COMMAND with its output in OUTDIR/NAME.log and records the result.
 step() {
@@ -37,14 +71,24 @@ step() {
   timeout -k 10 "${!limit_var:-600}" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1
   local rc=$?
   [ $rc = 124 ] && echo "step $name: killed at its time limit (${!limit_var:-600} s)" >>"$out/$name.log"
-  local tail_line
-  tail_line=$(grep -E "passed|failed|error|ERROR SUMMARY|Error" "$out/$name.log" | tail -n 1 | cut -c1-90)
-  summary+=("$(printf '%-10s %-4s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL)" $((SECONDS - start)) "$tail_line")")
+  local tail_line seconds=$((SECONDS - start)) result
+  result=$([ $rc = 0 ] && echo ok || echo FAIL)
+  device_total=$((device_total + seconds))
+  # The note: the last pytest summary, sanitizer summary or Python error (not file names like errors.hpp).
+  tail_line=$(grep -E "[0-9]+ (passed|failed|skipped|errors?)\b|ERROR SUMMARY|[A-Za-z]+Error: " "$out/$name.log" \
+    | tail -n 1 | cut -c1-150)
+  summary+=("$(printf '%-10s %-4s %6s %7s  %s' "$name" "$result" "$seconds" "$device_total" "$tail_line")")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$result" "$seconds" "$date_tag" "$device_name" >>"$out/steps.tsv"
+  echo "-- $name: $result in $seconds device-s (total $device_total s)${tail_line:+; $tail_line}"
   [ $rc = 0 ] || echo "   -> $name failed (exit $rc); see $out/$name.log"
   return 0
 }
 
-skip() { summary+=("$(printf '%-10s %-4s %5s   %s' "$1" "skip" "-" "$2")"); echo "== $1: skipped ($2)"; }
+skip() {
+  summary+=("$(printf '%-10s %-4s %6s %7s  %s' "$1" "skip" 0 "$device_total" "$2")")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" skip 0 "$date_tag" "$device_name" >>"$out/steps.tsv"
+  echo "-- $1: skipped ($2)"
+}
 
 has_gpu() { [ "$dry" != 1 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }
 
@@ -97,17 +141,32 @@ EOF
   )
 }
 
-tests() {
+# gpu_pass STATE: the GPU tests with every gated path closed (0) or open (1).
+gpu_pass() {
   local per_test=()
   # A hung test fails alone instead of taking the step's whole limit (pytest-timeout, where installed).
   "$python" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
-  "$python" -m pytest -m gpu -rs -q -p no:cacheprovider "${per_test[@]}" --junitxml="$out/gpu-tests.xml" tests
-  local rc=$?
-  # The CPU suite too: the GPU build must not change CPU behaviour.
-  if [ "${CPU_SUITE:-1}" = 1 ]; then
-    "$python" -m pytest -m "not gpu" -q -p no:cacheprovider "${per_test[@]}" tests || rc=1
-  fi
+  local label=$([ "$1" = 1 ] && echo open || echo closed)
+  echo "## GPU tests, gated paths $label: SKETCHCORE_CUDA_UNVERIFIED=$1"
+  SKETCHCORE_CUDA_UNVERIFIED=$1 "$python" -c "import sketchcore; print(sketchcore.gated_paths())"
+  SKETCHCORE_CUDA_UNVERIFIED=$1 "$python" -m pytest -m gpu -rs -q -p no:cacheprovider "${per_test[@]}" \
+    --junitxml="$out/gpu-tests-gate-$label.xml" tests | tee "$out/gpu-tests-gate-$label.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+tests() {  # both sides of the gate (the gated tests also parametrize over it themselves)
+  local rc=0
+  gpu_pass 0 || rc=1
+  gpu_pass 1 || rc=1
+  # The step's note: both passes' pytest summaries.
+  echo "gate closed: $(tail -n 1 "$out/gpu-tests-gate-closed.txt"); gate open: $(tail -n 1 "$out/gpu-tests-gate-open.txt")"
   return $rc
+}
+
+cpu_suite() {  # the GPU build must not change CPU behaviour
+  local per_test=()
+  "$python" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
+  "$python" -m pytest -m "not gpu" -q -p no:cacheprovider "${per_test[@]}" --junitxml="$out/cpu-tests.xml" tests
 }
 
 sanitize() {
@@ -126,12 +185,26 @@ sanitize() {
   compute-sanitizer --tool synccheck --error-exitcode 99 --target-processes all \
     "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "backward_matches and float32" || rc=1
   # Issue 40's Performer kernels: shared-memory tiles, block-owned states, the tie list's atomics.
-  local performer="match_the_float64 and float32 and (300x300 or 129x129) or ties"
+  local performer="gate_open and (match_the_float64 and float32 and (300x300 or 129x129) or ties)"
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
       "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_performer.py -k "$performer" || rc=1
   done
+  # Issue 38's padded inner widths (packing, kp-wide scratch, copies out) and issue 39's pool
+  # under two streams.
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
+      "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_padded_rank.py -k "gate_open and not lowrank" || rc=1
+  done
+  compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
+    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_streams.py || rc=1
   return $rc
+}
+
+# with_gate COMMAND...: runs COMMAND with the gated paths as GATE says, and logs which.
+with_gate() {
+  echo "gated paths: SKETCHCORE_CUDA_UNVERIFIED=$gate"
+  SKETCHCORE_CUDA_UNVERIFIED=$gate "$@"
 }
 
 bench() {
@@ -159,28 +232,35 @@ host() {  # not in the default steps: a long table of where a training step's ho
   "$python" bench/gpu/host_profile.py
 }
 
-export python out dry date_tag
-export -f facts wheels build tests sanitize bench llm profile host
+collect() {  # what can be checked without a GPU: the GPU tests and benchmarks collect and skip cleanly
+  "$python" -m pytest -q -p no:cacheprovider -m gpu tests bench/test_bench_gpu.py bench/test_bench_performer.py -rs
+}
+
+llm_plan() {
+  "$python" bench/llm_speed.py --preset gpu --dry-run --device cpu --out "$out/llm-plan"
+}
+
+export python out dry date_tag gate
+export -f facts wheels build gpu_pass tests cpu_suite sanitize with_gate bench llm profile host collect llm_plan
 
 for name in $steps; do
   case $name in
     facts) step facts facts ;;
     wheels) step wheels wheels; export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH} ;;
-    build|tests|sanitize|bench|llm|profile|host)
+    build|tests|cpu_suite|sanitize|profile|host)
       if has_gpu; then step "$name" "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
-    *) echo "unknown step '$name' (facts wheels build tests sanitize bench llm profile host)"; exit 2 ;;
+    bench|llm)
+      if has_gpu; then step "$name" with_gate "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
+    collect|llm_plan) step "$name" "$name" ;;
   esac
 done
 
-if [ "$dry" = 1 ]; then
-  # What can be checked without a GPU: the GPU tests and benchmarks collect and skip cleanly.
-  step collect "$python" -m pytest -q -p no:cacheprovider -m gpu tests bench/test_bench_gpu.py bench/test_bench_performer.py -rs
-  step llm_plan "$python" bench/llm_speed.py --preset gpu --dry-run --device cpu
-fi
-
+{
+  echo "sketchcore GPU check, $(date -u +%FT%TZ), $device_name, logs in $out"
+  printf '%-10s %-4s %6s %7s  %s\n' step res device-s total "last line of note"
+  printf '%s\n' "${summary[@]}"
+} >"$out/summary.txt"
 echo
-echo "sketchcore GPU check, $(date -u +%FT%TZ), logs in $out"
-printf '%-10s %-4s %6s  %s\n' step res time "last line of note"
-printf '%s\n' "${summary[@]}"
-grep -q " FAIL " <<<"$(printf '%s\n' "${summary[@]}")" && exit 1
+cat "$out/summary.txt"
+grep -q " FAIL " "$out/summary.txt" && exit 1
 exit 0

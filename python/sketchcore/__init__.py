@@ -32,6 +32,14 @@ from sketchcore._dlpack_buffer import DLPackBuffer  # noqa: E402
 from sketchcore._cpu_blas import get_cpu_blas, set_cpu_blas  # noqa: E402
 from sketchcore._cuda import get_allow_tf32, get_gemm_tuning, set_allow_tf32, set_gemm_tuning  # noqa: E402
 from sketchcore._framework_gemm import cpu_blas_of  # noqa: E402
+from sketchcore._gates import (  # noqa: E402
+    GatedPath,
+    cuda_inner_width,
+    gated_path,
+    gated_path_enabled,
+    gated_paths,
+    set_gated_path,
+)
 from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
 from sketchcore._performer import performer_attention, performer_attention_backward  # noqa: E402
 from sketchcore._runtime import (  # noqa: E402
@@ -71,10 +79,15 @@ def cmake_prefix() -> str:
 __all__ = [
     "ACTIVATIONS",
     "DLPackBuffer",
+    "GatedPath",
     "build_info",
     "cmake_prefix",
     "cpu_blas_of",
     "cuda_device_count",
+    "cuda_inner_width",
+    "gated_path",
+    "gated_path_enabled",
+    "gated_paths",
     "get_allow_tf32",
     "get_cpu_blas",
     "get_gemm_tuning",
@@ -86,6 +99,7 @@ __all__ = [
     "sketch",
     "set_allow_tf32",
     "set_cpu_blas",
+    "set_gated_path",
     "set_gemm_tuning",
     "set_num_threads",
     "sketched_matmul",

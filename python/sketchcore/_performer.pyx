@@ -118,6 +118,11 @@ def performer_attention(q, k, v, features, *, kernel="softmax", causal=False, ke
         attention with S ≠ L, an unknown kernel, a read-only or overlapping ``out``.
     TypeError
         Mismatching dtypes or devices, ``causal`` not a bool.
+    RuntimeError
+        Arrays on a CUDA device while the gated path ``cuda_performer_kernels`` is closed (the
+        fused CUDA kernels have not yet passed their tests on a GPU; ``SKETCHCORE_CUDA_UNVERIFIED=1``
+        or :func:`sketchcore.set_gated_path` opens it; :func:`sketchcore.torch.performer_attention`
+        runs a verified composite formula on torch CUDA tensors instead).
 
     Examples
     --------
@@ -177,7 +182,7 @@ def performer_attention_backward(grad_out, q, k, v, features, out, *, kernel="so
 
     Raises
     ------
-    ValueError, TypeError
+    ValueError, TypeError, RuntimeError
         As :func:`performer_attention`; an unknown name in ``needs``.
 
     Examples

@@ -1,6 +1,10 @@
 # cython: language_level=3
 """Bindings of the core's runtime settings and facts: thread count, build information, the
-activation names and the CUDA device count (the operations themselves: sketchcore._ops)."""
+activation names, the CUDA device count and the gated paths (the operations themselves:
+sketchcore._ops)."""
+from libcpp cimport bool as cbool
+from libcpp.optional cimport optional
+
 from sketchcore cimport _sketchcore as core
 
 
@@ -138,3 +142,47 @@ def cuda_device_count():
     True
     """
     return core.cuda_device_count()
+
+
+# Gated (device-unverified) paths: the core's registry (gated_paths.hpp). The documented API is
+# sketchcore._gates; these take and return plain values.
+_DTYPES = {"float16": core.DType.float16, "bfloat16": core.DType.bfloat16, "float32": core.DType.float32,
+           "float64": core.DType.float64}
+
+
+cdef core.GatedPath _path(name) except *:
+    if not isinstance(name, str):
+        raise TypeError(f"gated path: name: expected a str, got {type(name).__name__}")
+    return core.gated_path_from_name(name.encode())
+
+
+def _gated_paths():
+    """[(name, description, enabled, overridden)] of every gated path, in the core's order."""
+    return [(p.name.decode(), p.description.decode(), bool(p.enabled), bool(p.overridden))
+            for p in core.gated_paths()]
+
+
+def _gated_path_enabled(name):
+    return bool(core.gated_path_enabled(_path(name)))
+
+
+def _set_gated_path(name, enabled):
+    """enabled: True, False or None (back to the environment's setting)."""
+    cdef core.GatedPath path = _path(name)
+    cdef optional[cbool] value
+    if enabled is not None:
+        value = <cbool>enabled
+    core.set_gated_path_enabled(path, value)
+
+
+def _gated_path_override(name):
+    cdef optional[cbool] value = core.gated_path_override(_path(name))
+    return bool(value.value()) if value.has_value() else None
+
+
+def _require_gated_path(name, operation):
+    core.require_gated_path(_path(name), str(operation).encode())
+
+
+def _cuda_inner_width(rank, dtype):
+    return core.cuda_inner_width(rank, _DTYPES[dtype])

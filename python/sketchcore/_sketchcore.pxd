@@ -138,6 +138,27 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     int get_num_threads()
     int cuda_device_count()
 
+    # gated_paths.hpp
+    cdef enum class GatedPath:
+        cuda_padded_inner_width
+        cuda_performer_kernels
+        jax_cuda_handlers
+
+    cdef cppclass GatedPathInfo:
+        GatedPath path
+        string name
+        string description
+        cbool enabled
+        cbool overridden
+
+    vector[GatedPathInfo] gated_paths() except +raise_py_error
+    cbool gated_path_enabled(GatedPath path) except +raise_py_error
+    GatedPath gated_path_from_name(const string& name) except +raise_py_error  # takes a string_view
+    void set_gated_path_enabled(GatedPath path, optional[cbool] enabled)
+    optional[cbool] gated_path_override(GatedPath path)
+    void require_gated_path(GatedPath path, const string& operation) except +raise_py_error  # a string_view
+    int64_t cuda_inner_width(int64_t rank, DType dtype) except +raise_py_error
+
     # memory.hpp
     cdef cppclass MemoryStats:
         size_t current_bytes

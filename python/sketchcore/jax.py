@@ -6,7 +6,9 @@ The calls go through JAX's FFI: handlers written against sketchcore's own declar
 XLA's FFI C ABI, version 0.1 (``python/sketchcore/jax_ffi.cpp``), built into every sketchcore
 install whether JAX was present at build time or not, and accepted by every jaxlib since
 0.5. XLA passes its buffers in place; nothing is copied. On a CUDA device the work runs on
-XLA's stream for the call (needs a sketchcore built with its CUDA backend).
+XLA's stream for the call (needs a sketchcore built with its CUDA backend). The CUDA handlers
+have not yet run on a GPU: they are the gated path ``jax_cuda_handlers``, off unless
+``SKETCHCORE_CUDA_UNVERIFIED=1`` (or :func:`sketchcore.set_gated_path`) opens it.
 
 ``vmap``: batched calls run once per batch element (``vmap_method="sequential"``): the same
 function, and the same dropout masks, as calling each element alone.
@@ -31,6 +33,7 @@ import numpy as np
 
 import sketchcore  # noqa: F401 - loads libsketchcore, which the handlers link
 import sketchcore._ops
+from sketchcore import _gates
 
 __all__ = ["sketched_matmul"]
 
@@ -59,8 +62,17 @@ def _check_device(name: str, a: Any) -> None:
     the platform it compiles for): the CPU, or a CUDA GPU where libsketchcore has CUDA."""
     if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
         return
-    platforms = {d.platform for d in a.devices()}
-    if platforms == {"cpu"} or (platforms == {"gpu"} and _CUDA_BUILT):
+    _check_platforms(name, {d.platform for d in a.devices()})
+
+
+def _check_platforms(name: str, platforms: set[str]) -> None:
+    """An array on `platforms` is accepted: the CPU, or a CUDA GPU where libsketchcore has CUDA
+    and the gated path jax_cuda_handlers is open (the CUDA handlers have not yet run on a GPU; a
+    traced call on a GPU meets the same check inside the handler)."""
+    if platforms == {"cpu"}:
+        return
+    if platforms == {"gpu"} and _CUDA_BUILT:
+        _gates.require_gated_path("jax_cuda_handlers", f"sketched_matmul: {name}: an array on a CUDA GPU")
         return
     if platforms == {"gpu"}:
         raise ValueError(f"sketched_matmul: {name}: is on a GPU, but this sketchcore was built without its CUDA "
@@ -175,6 +187,8 @@ def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax
         Shapes that do not chain, a bias of the wrong shape, an unknown activation,
         ``dropout_p`` outside [0, 1], a bad seed, an array on a device other than the CPU or
         (with the CUDA backend) a CUDA GPU.
+    RuntimeError
+        An array on a CUDA GPU while the gated path ``jax_cuda_handlers`` is closed.
 
     Examples
     --------

@@ -17,6 +17,7 @@
 #include "jax_ffi_frame.hpp"
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/execution.hpp"
+#include "sketchcore/gated_paths.hpp"
 #include "sketchcore/sketched_matmul.hpp"
 #include "sketchcore/tensor.hpp"
 #include "xla_ffi_abi.hpp"
@@ -75,7 +76,8 @@ abi::Error* handle(abi::CallFrame* frame) {
   try {
     sketchcore::ExecutionOptions options;
     Device device;
-    if constexpr (kind == DeviceType::cuda) {
+    if constexpr (kind == DeviceType::cuda) {  // not yet run on a GPU: opt-in (gated_paths.hpp)
+      sketchcore::require_gated_path(sketchcore::GatedPath::jax_cuda_handlers, "sketchcore.jax on a CUDA device");
       options.cuda_stream = sketchcore::jax_ffi::xla_stream(*frame);
       device = Device{DeviceType::cuda, sketchcore::jax_ffi::xla_device(*frame)};
     }

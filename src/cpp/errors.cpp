@@ -8,5 +8,6 @@ shape_error::~shape_error() = default;
 dtype_error::~dtype_error() = default;
 device_error::~device_error() = default;
 cuda_error::~cuda_error() = default;
+unverified_path_error::~unverified_path_error() = default;
 
 }  // namespace sketchcore

@@ -11,7 +11,10 @@
 // than k = 376). Such a call runs with each term padded to kp (the next multiple of 16 bytes):
 // [S_1 … S_T] and [U_1; …; U_T] are packed with zero columns/rows, the intermediate and G·Upᵀ
 // live in kp-wide scratch, and results are copied out term by term. The padding is zeros on
-// both sides of every inner product, so the sums are the unpadded ones.
+// both sides of every inner product, so the sums are the unpadded ones. Padding has not yet run
+// on a GPU: it is the gated path cuda_padded_inner_width (gated_paths.hpp), and while that is
+// closed cuda_inner_width() answers k itself, the unpadded call that last passed on a device.
+// The fused Performer kernels are gated likewise (cuda_performer_kernels).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +29,7 @@
 #include "kernels.cuh"
 #include "lt_gemm.cuh"
 #include "sketchcore/errors.hpp"
+#include "sketchcore/gated_paths.hpp"
 
 namespace sketchcore::cuda {
 
@@ -38,7 +42,7 @@ class CudaExecution {
  public:
   explicit CudaExecution(const SketchedMatmulProblem& p)
       : p_(p), device_(p.x.device().index), stream_(current_stream()), r_(p.terms * p.rank),
-        kp_(padded_rank(p.rank)), rp_(p.terms * kp_), tf32_(current_execution().allow_tf32) {}
+        kp_(cuda_inner_width(p.rank, p.x.dtype())), rp_(p.terms * kp_), tf32_(current_execution().allow_tf32) {}
 
   void forward() {
     const std::int64_t rows = p_.rows, d_out = p_.d_out;
@@ -167,16 +171,6 @@ class CudaExecution {
  private:
   DType dtype() const { return p_.x.dtype(); }
 
-  /// k itself when its rows are a multiple of 16 bytes (and always in float64, which has no
-  /// tensor-core alignment rule), else the next such width.
-  static std::int64_t padded_rank(std::int64_t k) {
-    if constexpr (sizeof(T) >= 8) {
-      return k;
-    } else {
-      constexpr std::int64_t per_16_bytes = 16 / static_cast<std::int64_t>(sizeof(T));
-      return (k + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
-    }
-  }
   bool padded() const { return kp_ != p_.rank; }
 
   /// The caller's intermediate as (rows, T, k) and the padded scratch's (rows, T, kp) view of it.
@@ -365,9 +359,13 @@ class CudaBackend final : public detail::Backend {
     sketch_to_dense_on_device(op, out, row0, col0);
   }
   void sketch_apply(const detail::SketchApplyProblem& p) const override { sketch_apply_on_device(p); }
-  void performer_attention(const detail::PerformerProblem& p) const override { performer_attention_on_device(p); }
+  void performer_attention(const detail::PerformerProblem& p) const override {
+    require_gated_path(GatedPath::cuda_performer_kernels, "performer_attention on a CUDA device");
+    performer_attention_on_device(p);
+  }
   void performer_attention_backward(const detail::PerformerProblem& p, const TensorView& grad_out,
                                     const PerformerGradients& g) const override {
+    require_gated_path(GatedPath::cuda_performer_kernels, "performer_attention_backward on a CUDA device");
     performer_attention_backward_on_device(p, grad_out, g);
   }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic

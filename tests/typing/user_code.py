@@ -71,3 +71,12 @@ sketchcore.set_cpu_blas("framework")
 sketchcore.set_gemm_tuning(False)
 tuned: bool = sketchcore.get_gemm_tuning() or sketchcore.get_allow_tf32()
 print(mode, which)
+
+# Gated (not yet GPU-verified) paths.
+gates: list[sketchcore.GatedPath] = sketchcore.gated_paths()
+gate_names: list[str] = [g.name for g in gates if not g.enabled]
+with sketchcore.gated_path("cuda_padded_inner_width", True):
+    width: int = sketchcore.cuda_inner_width(375, "bfloat16")
+sketchcore.set_gated_path("cuda_performer_kernels", None)
+opened: bool = sketchcore.gated_path_enabled("cuda_performer_kernels")
+print(gate_names, width, opened)

@@ -1,4 +1,5 @@
-"""``sketchcore info``: what a bug report needs — versions, build, devices, threads, frameworks."""
+"""``sketchcore info``: what a bug report needs — versions, build, devices, threads, frameworks, and
+which gated (not yet GPU-verified) paths are enabled."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ from sketchcore import _cublaslt, _cuda
 _FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
 _ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
                 "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "SKETCHCORE_TUNE_GEMMS", "SKETCHCORE_BF16_GEMM",
-                "SKETCHCORE_CPU_ACTIVATIONS")
+                "SKETCHCORE_CPU_ACTIVATIONS", "SKETCHCORE_CUDA_UNVERIFIED")
 
 
 def cublaslt() -> dict[str, str]:
@@ -27,6 +28,18 @@ def cublaslt() -> dict[str, str]:
     except RuntimeError as error:
         return {"error": str(error)}
     return {"path": found.path, "found_by": found.found_by}
+
+
+def gated_paths() -> dict[str, str]:
+    """Each gated path (code that has not yet passed its tests on a GPU) and whether calls take
+    it: "enabled" or "disabled", with "(set by the program)" for an override; or why the
+    environment's setting could not be read."""
+    try:
+        paths = sketchcore.gated_paths()
+    except ValueError as error:
+        return {"error": str(error)}
+    return {p.name: ("enabled" if p.enabled else "disabled") + (" (set by the program)" if p.overridden else "")
+            for p in paths}
 
 
 def collect() -> dict[str, object]:
@@ -62,6 +75,7 @@ def collect() -> dict[str, object]:
         "cpu_kernels": {"bf16_gemm": build["cpu_bf16_gemm"], "activations": build["cpu_activation_kernels"]},
         "tf32": sketchcore.get_allow_tf32(),
         "gemm_tuning": sketchcore.get_gemm_tuning(),
+        "gated_paths": gated_paths(),
         "frameworks": frameworks,
         "environment": {name: os.environ.get(name) for name in _ENVIRONMENT if os.environ.get(name)},
     }
@@ -69,7 +83,8 @@ def collect() -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m sketchcore info",
-                                     description="Print the version, build, devices, threads and frameworks.")
+                                     description="Print the version, build, devices, threads, frameworks and "
+                                                 "the gated CUDA paths (SKETCHCORE_CUDA_UNVERIFIED).")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
     facts = collect()

@@ -25,6 +25,18 @@ from sketchcore.torch import _eager
 from sketchcore.torch._performer_formulas import reference_attention
 
 _KERNELS = ("softmax", "relu")
+#: Device types whose fused kernels have not yet passed their tests on a device: there the
+#: composite torch formula (made of operations that passed on a GPU) runs unless the gated path
+#: cuda_performer_kernels is open (sketchcore.gated_paths()).
+_GATED_DEVICES = ("cuda",)
+
+
+def performer_path(device: torch.device) -> str:
+    """What :func:`performer_attention` runs for tensors on `device`: ``"kernels"`` (sketchcore's
+    fused kernels) or ``"composite"`` (``sketchcore.torch._attention.reference_attention``)."""
+    if device.type in _GATED_DEVICES and not sketchcore.gated_path_enabled("cuda_performer_kernels"):
+        return "composite"
+    return "kernels"
 
 
 def _detached(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -139,7 +151,9 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, ke
     Returns
     -------
     Tensor, shape (B, H, L, e)
-        In q's dtype, (B, L, H, e) in memory.
+        In q's dtype, (B, L, H, e) in memory. On a CUDA device, while the gated path
+        ``cuda_performer_kernels`` is closed (the default until the fused kernels pass on a GPU),
+        the composite torch formula computes it instead (compact memory).
 
     Raises
     ------
@@ -160,6 +174,9 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, ke
         raise ValueError(f"performer_attention: kernel: expected 'softmax' or 'relu', got {kernel!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"performer_attention: causal: expected a bool, got {type(causal).__name__}")
+    if performer_path(q.device) == "composite":
+        from sketchcore.torch._attention import reference_attention
+        return reference_attention(q, k, v, features, kernel, causal, key_weights, value_weights).to(q.dtype)
     if _eager.applies(q, k, v, features, key_weights, value_weights):
         if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
             return performer_forward(q, k, v, features, key_weights, value_weights, kernel, causal)

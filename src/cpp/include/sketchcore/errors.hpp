@@ -4,7 +4,7 @@
 /// Every exception derives from a standard one, so generic handlers keep working; the
 /// Python bindings map them to ValueError (shape_error and other std::invalid_argument),
 /// TypeError (dtype_error, device_error), MemoryError (std::bad_alloc) and RuntimeError
-/// (cuda_error and anything else).
+/// (cuda_error, unverified_path_error and anything else).
 /// Messages name the operation, the argument, the expected and the actual value.
 #pragma once
 
@@ -47,6 +47,15 @@ class SKETCHCORE_API cuda_error : public std::runtime_error {
   /// Creates the error with a complete, human-readable message (std::string or const char*).
   using std::runtime_error::runtime_error;
   ~cuda_error() override;  ///< out of line: anchors the type's identity in libsketchcore
+};
+
+/// A call would take a code path that has not yet passed its tests on a device and is not
+/// opted into (gated_paths.hpp); the message names the path and how to open it.
+class SKETCHCORE_API unverified_path_error : public std::runtime_error {
+ public:
+  /// Creates the error with a complete, human-readable message (std::string or const char*).
+  using std::runtime_error::runtime_error;
+  ~unverified_path_error() override;  ///< out of line: anchors the type's identity in libsketchcore
 };
 
 }  // namespace sketchcore

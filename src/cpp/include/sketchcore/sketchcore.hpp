@@ -5,6 +5,7 @@
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/errors.hpp"
 #include "sketchcore/execution.hpp"
+#include "sketchcore/gated_paths.hpp"
 #include "sketchcore/export.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"
