@@ -173,11 +173,17 @@ def test_torch_performer_takes_the_composite_formula_on_a_gated_device(monkeypat
     gradients included; the open side is the kernels (their (B, L, H, e) output memory)."""
     torch = pytest.importorskip("torch")
     from sketchcore.torch import _performer
-    from sketchcore.torch._attention import reference_attention
+    from sketchcore.torch._performer_formulas import reference_attention
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert (_performer.performer_path(cuda), _performer.performer_path(cpu)) == ("composite", "kernels")
     with sketchcore.gated_path("cuda_performer_kernels"):
         assert (_performer.performer_path(cuda), _performer.performer_path(cpu)) == ("kernels", "kernels")
+        # causal softmax below float64: the fused CUDA kernels refuse it (fixed key constant), the CPU's do not
+        unstable = ("softmax", True, torch.float32)
+        assert (_performer.performer_path(cuda, *unstable), _performer.performer_path(cpu, *unstable)) == (
+            "composite", "kernels")
+        for stable in (("softmax", True, torch.float64), ("relu", True, torch.bfloat16), ("softmax", False, torch.half)):
+            assert _performer.performer_path(cuda, *stable) == "kernels"
 
     monkeypatch.setattr(_performer, "_GATED_DEVICES", ("cpu",))
     gen = torch.Generator().manual_seed(3)

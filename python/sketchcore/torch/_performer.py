@@ -31,11 +31,18 @@ _KERNELS = ("softmax", "relu")
 _GATED_DEVICES = ("cuda",)
 
 
-def performer_path(device: torch.device) -> str:
+def performer_path(device: torch.device, kernel: str = "softmax", causal: bool = False,
+                   dtype: torch.dtype = torch.float32) -> str:
     """What :func:`performer_attention` runs for tensors on `device`: ``"kernels"`` (sketchcore's
-    fused kernels) or ``"composite"`` (``sketchcore.torch._attention.reference_attention``)."""
-    if device.type in _GATED_DEVICES and not sketchcore.gated_path_enabled("cuda_performer_kernels"):
-        return "composite"
+    fused kernels) or ``"composite"`` (``sketchcore.torch._performer_formulas.reference_attention``).
+    Causal softmax attention below float64 takes the composite formula on a gated device even with
+    the gate open: the fused CUDA kernels refuse it (their fixed key constant underflows from head
+    dimension 128 on; the CPU kernels' running constant is not in them yet)."""
+    if device.type in _GATED_DEVICES:
+        if not sketchcore.gated_path_enabled("cuda_performer_kernels"):
+            return "composite"
+        if causal and kernel == "softmax" and dtype != torch.float64:
+            return "composite"
     return "kernels"
 
 
@@ -174,8 +181,7 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, ke
         raise ValueError(f"performer_attention: kernel: expected 'softmax' or 'relu', got {kernel!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"performer_attention: causal: expected a bool, got {type(causal).__name__}")
-    if performer_path(q.device) == "composite":
-        from sketchcore.torch._attention import reference_attention
+    if performer_path(q.device, kernel, causal, q.dtype) == "composite":
         return reference_attention(q, k, v, features, kernel, causal, key_weights, value_weights).to(q.dtype)
     if _eager.applies(q, k, v, features, key_weights, value_weights):
         if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
