@@ -33,7 +33,9 @@ sketches: a pure function of ``seed``, without touching torch's global RNG (Pant
 ``torch.manual_seed`` on every construction).
 
 ``reference_attention`` (:mod:`sketchcore.torch._performer_formulas`) is the same math in composite
-torch operations (the second-order gradients' path).
+torch operations: the second-order gradients' path, and what runs on CUDA tensors while the fused
+CUDA kernels are the closed gated path ``cuda_performer_kernels`` (the default until they pass on a
+GPU; :func:`sketchcore.gated_paths`), and for causal softmax below float64 on CUDA in any case.
 """
 from __future__ import annotations
 
