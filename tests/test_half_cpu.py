@@ -109,10 +109,18 @@ def test_strided_16bit_operands_and_out_match_float32_rounded_once(rng, dtype, r
     z32 = torch.empty(rows, 15)
     y32 = sketchcore.sketched_matmul(x.float(), S.float(), U.float(), intermediate=z32,
                                      **{**kwargs, "bias": b.float()})
-    for got, want in ((out, y32.to(dt)), (z, z32.to(dt))):
+    # The two float32 computations may sum in another order: they differ by at most γ_n·(the same
+    # computation on absolute values), n = d_in + 15 terms per output, which rounding to 16 bits can
+    # turn into one more ulp. Where an output cancels to far below its terms' size (float16 found
+    # 3-8 ulp of such outputs with fresh seeds), that sum-order bound is what one ulp of the output misses.
+    z_size = x.float().abs() @ S.float().abs().permute(1, 0, 2).reshape(d_in, 15)
+    out_size = (z_size @ U.float().abs().reshape(15, d_out) + b.float().abs()) * 1.2 / 0.75  # gelu' ≤ 1.13, dropout
+    gamma = (d_in + 15) * 2.0 ** -24
+    for got, want, size in ((out, y32.to(dt), out_size), (z, z32.to(dt), z_size)):
         gap = (got.float() - want.float()).abs()
         one_ulp = want.float().abs() * (2.0 ** -10 if dtype == "float16" else 2.0 ** -7) + 1e-30
-        assert torch.all(gap <= one_ulp), float((gap / one_ulp).max())
+        bound = one_ulp + 2 * gamma * size * (1 + 2.0 ** -10)
+        assert torch.all(gap <= bound), float((gap / bound).max())
     assert torch.equal(out == 0, y32.to(dt) == 0)  # the same dropout mask (and the same underflows)
 
 
