@@ -1,0 +1,1 @@
+"""DTensor rules of sketchcore's operators (placeholder)."""
