@@ -152,7 +152,15 @@ def _distribute(module: nn.Module, name: str, placement: Placement, mesh: Device
 
 
 def _local(module: nn.Module, name: str) -> Optional[Tensor]:
-    t = module._parameters[name] if name in module._parameters else module._buffers[name]
+    """The local shard of a factor or the bias. A buffer (SKLinear's fixed sketches) takes the
+    dtype of the layer's parameters, which FSDP2's mixed precision casts and buffers it does not."""
+    if name in module._parameters:
+        t = module._parameters[name]
+    else:
+        t = module._buffers[name]
+        dtype = next(iter(module._parameters.values())).dtype
+        if t is not None and t.dtype != dtype:
+            t = t.to(dtype)
     return t.to_local() if isinstance(t, DTensor) else t
 
 
