@@ -23,14 +23,15 @@ def _layouts(x_nd: int, s_nd: int):
             "rank": (R, Shard(0 if s_nd == 3 else 1), Shard(0), R), "rows": (Shard(x_nd - 1), Shard(s_nd - 2), R, R)}
 
 
-def _check(name: str, mesh, op, x, factors: list, sides: list[str], bias, placements, activation="none") -> None:
+def _check(name: str, mesh, op, x, factors: list, sides: list[str], bias, placements, activation="none",
+           inner="none") -> None:
     px, pS, pU, pb = placements
     leaves = [t.detach().clone().requires_grad_() for t in (x, *factors, bias)]
     dist_leaves = [distribute_tensor(t.detach(), mesh, [p]).requires_grad_()
                    for t, p in zip(leaves, [px, *[pS if s == "S" else pU for s in sides], pb])]
-    y_ref = op(*leaves, activation)
+    y_ref = op(*leaves, activation, inner)
     with CollectiveLog() as log:
-        y = op(*dist_leaves, activation)
+        y = op(*dist_leaves, activation, inner)
     assert log.get_total_counts() == 0, f"{name}: forward communicated {log.calls}"
     assert isinstance(y, DTensor), f"{name}: output is a {type(y).__name__}"
     assert_close(y.full_tensor(), y_ref, f"{name}: output")
@@ -41,11 +42,11 @@ def _check(name: str, mesh, op, x, factors: list, sides: list[str], bias, placem
         assert_close(a.grad.full_tensor(), b.grad, f"{name}: gradient of input {i}")
 
 
-def _lowrank(x, S, U, b, activation):
-    return sketched_linear(x, S, U, b, activation=activation)
+def _lowrank(x, S, U, b, activation, inner):
+    return sketched_linear(x, S, U, b, activation=activation, inner_activation=inner)
 
 
-def _sklinear(x, S1s, S2s, U1s, U2s, b, activation):
+def _sklinear(x, S1s, S2s, U1s, U2s, b, activation, inner):
     return sklinear(x, S1s, S2s, U1s, U2s, b, activation=activation)
 
 
@@ -61,6 +62,11 @@ def supported_layouts_run_on_shards() -> None:
                [torch.randn(T * 2, D_IN, K), torch.randn(T * 2, K, D_OUT)], ["S", "U"], torch.randn(D_OUT), placements)
     _check("sketched_linear columns, gelu", mesh, _lowrank, x, [torch.randn(D_IN, K), torch.randn(K, D_OUT)],
            ["S", "U"], torch.randn(D_OUT), _layouts(2, 2)["columns"], "gelu")
+    for name, placements in _layouts(2, 2).items():
+        if name != "rows":  # σ of a partial sum: refused (other_layouts_raise_naming_the_placements)
+            _check(f"sketched_linear 2-D {name}, inner silu", mesh, _lowrank, x,
+                   [torch.randn(D_IN, K), torch.randn(K, D_OUT)], ["S", "U"], torch.randn(D_OUT), placements,
+                   inner="silu")
     for name, placements in _layouts(2, 3).items():
         if name == "rank":
             continue
@@ -88,6 +94,8 @@ def other_layouts_raise_naming_the_placements() -> None:
             lambda: sketched_linear(d(x, R), d(S, Shard(0)), d(U, R)))
     _raises("(rows): activation: expected 'none' (the output is a partial sum), got 'relu'",
             lambda: sketched_linear(d(x, Shard(1)), d(S, Shard(0)), d(U, R), activation="relu"))
+    _raises("(rows): inner_activation: expected 'none' (the intermediate is a partial sum",
+            lambda: sketched_linear(d(x, Shard(1)), d(S, Shard(0)), d(U, R), inner_activation="silu"))
     _raises("(columns): dropout_p: expected 0 on sharded tensors",
             lambda: sketched_linear(d(x, R), d(S, R), d(U, Shard(1)), dropout_p=0.5))
     y = sketched_linear(d(x, R), d(S, R), d(U, Shard(1)).requires_grad_())

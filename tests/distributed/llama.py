@@ -1,5 +1,5 @@
 """A tiny LLaMA (transformers) with its projections sketched, for the distributed checks:
-LowRankLinear (with an inner activation where this sketchcore has one) and SKLinear layers."""
+LowRankLinear (with and without an inner activation) and SKLinear layers."""
 from __future__ import annotations
 
 import torch
@@ -16,10 +16,9 @@ def _lowrank(linear: nn.Linear, **extra) -> LowRankLinear:
 
 
 def _inner_silu(linear: nn.Linear) -> nn.Module:
-    try:
-        return _lowrank(linear, inner_activation="silu")
-    except TypeError:  # a LowRankLinear without inner activations (before issue 47's layer)
-        return _lowrank(linear)
+    """A CoLA layer (trained from scratch: no conversion of the dense weight)."""
+    return LowRankLinear(linear.in_features, linear.out_features, 8, bias=linear.bias is not None,
+                         inner_activation="silu")
 
 
 #: Which layer each projection becomes.

@@ -20,7 +20,8 @@ rows        Shard(-1)                    Shard(d_in)    Replicate → y Partial
 ==========  ===========================  =============  =======================================
 
 A Partial output is a sum over ranks; an activation or dropout would act on its parts, so those
-layouts need ``activation="none"``, and dropout runs only replicated (sharded masks would repeat).
+layouts need ``activation="none"``; the inner activation σ acts on the intermediate, elementwise,
+so it runs in every layout but "rows" (whose intermediate is a partial sum); and dropout runs only replicated (sharded masks would repeat).
 Each layout's backward is the matching local computation: parameter gradients come out Partial
 where the parameter was replicated and used on shards (torch reduces them when they are read).
 """
@@ -36,10 +37,18 @@ import torch
 
 R, P = Replicate(), Partial()
 
-#: Per operator: positions of (x, S-side factors, U-side factors, bias) among the forward's
-#: arguments; the backward's arguments are (grad, *forward tensors, z, ...) - see _backward_rule.
-_SKETCHED = {"x": 0, "S": (1,), "U": (2,), "bias": 3}
-_SKLINEAR = {"x": 0, "S": (1, 4), "U": (3, 2), "bias": 5}  # (S1s, U2s), (U1s, S2s)
+#: Per operator: positions of (x, S-side factors, U-side factors, bias) and of the activation,
+#: dropout probability and inner activation (None: the operator has none) among the forward's
+#: arguments; the backward's arguments are (grad, *forward tensors, z, bias, ...) - see _backward_rule.
+_SKETCHED = {"x": 0, "S": (1,), "U": (2,), "bias": 3, "activation": 4, "dropout_p": 6, "inner": 8,
+             "backward": {"activation": 6, "dropout_p": 8, "needs": 10, "inner": 11}}
+_SKLINEAR = {"x": 0, "S": (1, 4), "U": (3, 2), "bias": 5, "activation": 6, "dropout_p": 7, "inner": None,
+             "backward": {"activation": 8, "dropout_p": 9, "needs": 11, "inner": None}}  # (S1s, U2s), (U1s, S2s)
+
+
+def _arg(args: tuple, at: Optional[int], default: Any) -> Any:
+    """Argument ``at`` (trailing defaulted arguments may be absent)."""
+    return args[at] if at is not None and at < len(args) else default
 
 
 def _name(p: Any) -> str:
@@ -47,7 +56,7 @@ def _name(p: Any) -> str:
 
 
 def _layout(op: str, x: DTensorSpec, S: list[DTensorSpec], U: list[DTensorSpec], dim: int, activation: str,
-            dropout_p: float) -> tuple[str, int]:
+            dropout_p: float, inner: str = "none") -> tuple[str, int]:
     """The layout of mesh dimension ``dim`` ("replicated", "batch", "columns", "rank", "rows")
     and, for "batch", the sharded dimension of x; else a ValueError naming the placements."""
     px, pS, pU = x.placements[dim], [s.placements[dim] for s in S], [u.placements[dim] for u in U]
@@ -77,6 +86,9 @@ def _layout(op: str, x: DTensorSpec, S: list[DTensorSpec], U: list[DTensorSpec],
     if layout in ("rank", "rows") and activation != "none":
         raise ValueError(f"{where} ({layout}): activation: expected 'none' (the output is a partial sum), got "
                          f"{activation!r}")
+    if layout == "rows" and inner != "none":
+        raise ValueError(f"{where} ({layout}): inner_activation: expected 'none' (the intermediate is a partial "
+                         f"sum; RowwiseParallel of sketchcore.torch.parallel all-reduces it before σ), got {inner!r}")
     if layout != "replicated" and dropout_p > 0:
         raise ValueError(f"{where} ({layout}): dropout_p: expected 0 on sharded tensors (the masks of the shards "
                          f"would repeat each other), got {dropout_p}")
@@ -89,12 +101,13 @@ def _y_placement(layout: str, batch_dim: int, y_nd: int) -> Any:
 
 def _forward_rule(op: str, positions: dict[str, Any]):
     def rule(*args: Any) -> list[tuple[list[Any], list[Any]]]:
-        activation, dropout_p = args[-4 if op == "sketched_linear" else -3], args[-2]
+        activation, dropout_p = args[positions["activation"]], args[positions["dropout_p"]]
+        inner = _arg(args, positions["inner"], "none")
         x, bias = args[positions["x"]], args[positions["bias"]]
         S, U = [args[i] for i in positions["S"]], [args[i] for i in positions["U"]]
         outputs, inputs = [], [None] * len(args)
         for dim in range(x.mesh.ndim):
-            layout, batch = _layout(op, x, S, U, dim, activation, dropout_p)
+            layout, batch = _layout(op, x, S, U, dim, activation, dropout_p, inner)
             pS = {"rank": Shard(0 if S[0].ndim == 3 else 1), "rows": Shard(S[0].ndim - 2)}.get(layout, R)
             pU = {"rank": Shard(0), "columns": Shard(U[0].ndim - 1)}.get(layout, R)
             y = _y_placement(layout, batch, x.ndim)
@@ -143,10 +156,12 @@ def _backward_rule(op: str, positions: dict[str, Any]):
         S, U = [forward[i] for i in positions["S"]], [forward[i] for i in positions["U"]]
         z_at = 1 + 1 + n_factors
         bias = args[z_at + 1]
-        activation, dropout_p, needs = args[z_at + 2], args[-3], args[-1]
+        at = positions["backward"]
+        activation, dropout_p, needs = args[at["activation"]], args[at["dropout_p"]], args[at["needs"]]
+        inner = _arg(args, at["inner"], "none")
         strategies = []
         for dim in range(x.mesh.ndim):
-            layout, batch = _layout(op, x, S, U, dim, activation, dropout_p)
+            layout, batch = _layout(op, x, S, U, dim, activation, dropout_p, inner)
             pS = {"rank": Shard(0 if S[0].ndim == 3 else 1), "rows": Shard(S[0].ndim - 2)}.get(layout, R)
             pU = {"rank": Shard(0), "columns": Shard(U[0].ndim - 1)}.get(layout, R)
             px = {"batch": Shard(batch), "rows": Shard(x.ndim - 1)}.get(layout, R)

@@ -75,11 +75,8 @@ def local_product(module: nn.Module, x: Tensor, factors: dict[str, Tensor], bias
     if isinstance(module, SKLinear):
         return sklinear(x, factors["S1s"], factors["S2s"], factors["U1s"], factors["U2s"], bias,
                         activation=activation)
-    inner = inner_activation(module)
-    if inner != "none":
-        return sketched_linear(x, factors["S"], factors["U"], bias, activation=activation,  # type: ignore[call-arg]
-                               inner_activation=inner)
-    return sketched_linear(x, factors["S"], factors["U"], bias, activation=activation)
+    return sketched_linear(x, factors["S"], factors["U"], bias, activation=activation,
+                           inner_activation=inner_activation(module))
 
 
 def packed_factors(module: nn.Module, factors: dict[str, Tensor]) -> tuple[Tensor, Tensor, float]:
