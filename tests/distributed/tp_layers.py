@@ -92,9 +92,8 @@ def _expected(name: str, style: type, layer: nn.Module) -> tuple[list, list]:
     """The (forward, backward) all-reduce shapes the style's documentation promises."""
     n = LEADING
     width = RANK if isinstance(layer, LowRankLinear) else 2 * TERMS * LOW
-    learned_S = [tuple(p.shape) for p_name, p in layer.named_parameters() if p_name in ("S", "S1s")]
     if style is ColwiseParallel:
-        return [], [(*n, D_IN), *learned_S]
+        return [], [(*n, width)]
     if style is RowwiseParallel:
         return [(*n, width)], []
     return [(*n, D_OUT)], [(*n, D_IN)]

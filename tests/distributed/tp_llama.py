@@ -23,10 +23,12 @@ def _compare(ref, model, what: str, tol: float = 1e-5, steps: bool = True) -> No
         assert_close(p.grad, p_ref.grad, f"{what}: grad of {name}", tol)
     if not steps:
         return
+    # SGD with momentum: AdamW divides by √v, so a gradient near 0 whose rounding differs between
+    # one process and TP (1e-9 against 1e-10) moves its weight by different fractions of lr
     for m in (ref, model):
-        torch.optim.AdamW(m.parameters(), lr=1e-2).step()
+        torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9).step()
     for name, p_ref in ref.named_parameters():
-        assert_close(model.get_parameter(name), p_ref, f"{what}: {name} after an AdamW step", tol)
+        assert_close(model.get_parameter(name), p_ref, f"{what}: {name} after an SGD step", tol)
 
 
 def _sketched_layers_are_sharded(model) -> None:

@@ -10,7 +10,7 @@ and shards one of d_in, rank or d_out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -89,9 +89,13 @@ def packed_factors(module: nn.Module, factors: dict[str, Tensor]) -> tuple[Tenso
     return factors["S"], factors["U"], 1.0
 
 
-def second_product(module: nn.Module, z: Tensor, B: Tensor, scale: float, bias: Optional[Tensor]) -> Tensor:
-    """``act(scale · σ(z) B + bias)`` from the full rank-wide intermediate z = x A."""
+def second_product(module: nn.Module, z: Tensor, B: Tensor, scale: float, bias: Optional[Tensor],
+                   wrap_h: Optional[Callable[[Tensor, Any], Tensor]] = None, group: Any = None) -> Tensor:
+    """``act(scale · σ(z) B + bias)`` from the full rank-wide intermediate z = x A; ``wrap_h(h,
+    group)`` is applied to h = σ(z) first (a collective on its gradient)."""
     h = _TORCH_ACTIVATIONS[inner_activation(module)](z)
+    if wrap_h is not None:
+        h = wrap_h(h, group)
     y = torch.matmul(h, B)
     if scale != 1.0:
         y = y * scale

@@ -9,8 +9,7 @@ call, for an input of n rows (CommDebugMode counts exactly these):
 =====================  ==========================  =========================  ============================
 style                  shards                      forward                    backward
 =====================  ==========================  =========================  ============================
-ColwiseParallel        U, bias by d_out            nothing                    all-reduce n × d_in (dx),
-                                                                              all-reduce of each S (d_in × r)
+ColwiseParallel        U, bias by d_out            nothing                    all-reduce n × r (dσ(x S))
 RowwiseParallel        S by d_in                   all-reduce n × r (x S)     nothing
 RankParallel           S and U by the rank         all-reduce n × d_out       all-reduce n × d_in (dx)
 =====================  ==========================  =========================  ============================
@@ -180,10 +179,12 @@ class ColwiseParallel(_SketchedStyle):
 
     def local_forward(self, module: nn.Module, x: Tensor, group: Any) -> Tensor:
         layout = _tp_layers.layout_of(module)
-        factors = {f.name: reduce_gradient(_local(module, f.name), group) for f in layout.input_side}
-        factors.update({f.name: _local(module, f.name) for f in layout.output_side})
-        return _tp_layers.local_product(module, reduce_gradient(x, group), factors, _local(module, "bias"),
-                                        module.activation)
+        factors = {f.name: _local(module, f.name) for f in (*layout.input_side, *layout.output_side)}
+        A, B, scale = _tp_layers.packed_factors(module, factors)
+        # z = x A is computed whole on every rank; the gradient of σ(z), a partial sum over the
+        # output shards (n × r), is the one tensor all-reduced, so dx and dA come out whole
+        z = torch.matmul(x, A)
+        return _tp_layers.second_product(module, z, B, scale, _local(module, "bias"), reduce_gradient, group)
 
 
 class RowwiseParallel(_SketchedStyle):

@@ -7,8 +7,10 @@ also ``nn.Linear`` (handed to torch's own style of the same name). For an input 
 r = T · rank the intermediate's width:
 
 * :class:`ColwiseParallel` shards the output side (U and the bias by d_out), S replicated.
-  Input replicated, output ``Shard(-1)``. Forward: no communication. Backward: one all-reduce of
-  dx (n × d_in, as torch's dense column-parallel layer) and one of each learned S (d_in × r).
+  Input replicated, output ``Shard(-1)``. Every rank computes the intermediate x S whole (n × d_in
+  × r FLOPs more than a dense shard would). Forward: no communication. Backward: one all-reduce of
+  the intermediate's gradient (n × r), after which dx and dS are whole on every rank; torch's
+  dense column-parallel layer all-reduces dx (n × d_in) instead: r/d_in of its bytes.
 * :class:`RowwiseParallel` shards the input side (S by d_in), U and the bias replicated. Input
   ``Shard(-1)``, output replicated. Forward: one all-reduce of the n × r intermediate x S (before
   σ), then every rank computes the second product; backward: nothing. A dense row-parallel layer
