@@ -13,7 +13,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "distributed"))
 from launcher import run_world  # noqa: E402
 
 CHECKS = ["outputs_gradients_and_steps_equal_one_process", "collectives_are_the_documented_ones",
-          "bad_plans_raise_in_parallelize_module", "dense_linear_goes_to_torch_styles"]
+          "bad_plans_raise_in_parallelize_module", "parallelized_sketched_layers_move_and_cast",
+          "dense_linear_goes_to_torch_styles"]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 
 def _child(rank: int, world_size: int, port: int, worker: str, checks: list[str], log_path: str,
-           env: dict[str, str]) -> None:
+           env: dict[str, str], path: Optional[str]) -> None:
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -48,8 +48,9 @@ def _child(rank: int, world_size: int, port: int, worker: str, checks: list[str]
     os.environ.update(env)
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    if str(_HERE) not in sys.path:
-        sys.path.insert(0, str(_HERE))
+    for folder in (str(_HERE), path):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
     module = importlib.import_module(worker)
     from worker_main import main
     sys.argv = [worker, *checks]
@@ -57,15 +58,16 @@ def _child(rank: int, world_size: int, port: int, worker: str, checks: list[str]
 
 
 def run_world(world_size: int, worker: str, checks: list[str], timeout: float = 55.0,
-              env: Optional[dict[str, str]] = None) -> str:
-    """Runs ``checks`` (names of functions in ``tests/distributed/<worker>.py``) on
+              env: Optional[dict[str, str]] = None, path: Optional[str] = None) -> str:
+    """Runs ``checks`` (names of functions in ``tests/distributed/<worker>.py``, or in
+    ``<path>/<worker>.py``) on
     ``world_size`` processes; returns rank 0's output. Raises AssertionError with every rank's
     output when a process fails or the run takes more than ``timeout`` seconds."""
     context = _forkserver()
     port = _free_port()
     with tempfile.TemporaryDirectory() as logs:
         paths = [os.path.join(logs, f"rank{r}.log") for r in range(world_size)]
-        procs = [context.Process(target=_child, args=(r, world_size, port, worker, checks, paths[r], env or {}))
+        procs = [context.Process(target=_child, args=(r, world_size, port, worker, checks, paths[r], env or {}, path))
                  for r in range(world_size)]
         for proc in procs:
             proc.start()

@@ -146,6 +146,18 @@ def bad_plans_raise_in_parallelize_module() -> None:
                 LowRankLinear(8, 8, 4), ColwiseParallel(), mesh_2d)
 
 
+def parallelized_sketched_layers_move_and_cast() -> None:
+    """Module.to()/.double() on sharded factors (SKLinear repacks its factors on _apply)."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for name, layer, style in _cases():
+        tp = parallelize_module(copy.deepcopy(layer), mesh, style())
+        x = torch.randn(5, D_IN)
+        x_local = my_chunk(x) if style is RowwiseParallel else x
+        before = tp(x_local)
+        tp.double()
+        assert_close(tp(x_local.double()), before.double(), f"{name}: after .double()")
+
+
 def dense_linear_goes_to_torch_styles() -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     torch.manual_seed(3)

@@ -164,6 +164,40 @@ def _local(module: nn.Module, name: str) -> Optional[Tensor]:
 
 
 class ColwiseParallel(_SketchedStyle):
+    """Column parallel: shards the output side of a sketched layer (U, the bias, by d_out); S stays
+    replicated and every rank computes the rank-wide intermediate x S whole. Input replicated,
+    output ``Shard(-1)``. Forward: no communication; backward: one all-reduce of the gradient of
+    σ(x S), n × r (torch's dense layer: dx, n × d_in). ``nn.Linear`` goes to torch's
+    ``ColwiseParallel``.
+
+    Parameters
+    ----------
+    input_layouts : Placement, optional
+        The layout of the module's input (a plain tensor is taken to have it): default ``Replicate()``.
+        It is redistributed to ``Replicate()`` (DTensor's collectives) if it differs.
+    output_layouts : Placement, optional
+        The layout wanted for the output: default ``Shard(-1)``; redistributed from ``Shard(-1)`` if it differs.
+    use_local_output : bool
+        Return the local tensor (default) rather than a DTensor.
+
+    Attributes
+    ----------
+    shard_multiple : int
+        Each rank's share of d_out must be a multiple of it (whole attention heads; :func:`llama_plan` sets it to the head dimension). 1 by default.
+
+    Raises
+    ------
+    TypeError
+        In ``parallelize_module``: a module that is not LowRankLinear, SKLinear or nn.Linear.
+    ValueError
+        In ``parallelize_module``: a mesh that is not 1-D; out_features not a multiple of the mesh size × ``shard_multiple``; dropout > 0.
+
+    Examples
+    --------
+    >>> ColwiseParallel(use_local_output=False).use_local_output
+    False
+    """
+
     _default_output = Shard(-1)
     _natural_output = Shard(-1)
     _torch_style = _TorchColwise
@@ -188,6 +222,40 @@ class ColwiseParallel(_SketchedStyle):
 
 
 class RowwiseParallel(_SketchedStyle):
+    """Row parallel: shards the input side of a sketched layer (S by d_in); U and the bias stay
+    replicated. Input ``Shard(-1)``, output replicated. Forward: one all-reduce of the n × r
+    intermediate x S, before the inner activation σ, then every rank computes σ(z) U whole;
+    backward: no communication (torch's dense layer: forward all-reduce of n × d_out).
+    ``nn.Linear`` goes to torch's ``RowwiseParallel``.
+
+    Parameters
+    ----------
+    input_layouts : Placement, optional
+        The layout of the module's input (a plain tensor is taken to have it): default ``Shard(-1)``.
+        It is redistributed to ``Shard(-1)`` (DTensor's collectives) if it differs.
+    output_layouts : Placement, optional
+        The layout wanted for the output: default ``Replicate()``; redistributed from ``Replicate()`` if it differs.
+    use_local_output : bool
+        Return the local tensor (default) rather than a DTensor.
+
+    Attributes
+    ----------
+    shard_multiple : int
+        Each rank's share of d_in must be a multiple of it (whole attention heads). 1 by default.
+
+    Raises
+    ------
+    TypeError
+        In ``parallelize_module``: a module that is not LowRankLinear, SKLinear or nn.Linear.
+    ValueError
+        In ``parallelize_module``: a mesh that is not 1-D; in_features not a multiple of the mesh size × ``shard_multiple``; dropout > 0.
+
+    Examples
+    --------
+    >>> RowwiseParallel().input_layouts
+    (Shard(dim=-1),)
+    """
+
     _default_input = Shard(-1)
     _desired_input = Shard(-1)
     _torch_style = _TorchRowwise
@@ -210,6 +278,41 @@ class RowwiseParallel(_SketchedStyle):
 
 
 class RankParallel(_SketchedStyle):
+    """Rank parallel: shards the rank of a sketched layer (S by columns, U by rows; SKLinear's
+    ``low_rank`` in every term), Megatron's column-then-row pair inside one layer. Input and
+    output replicated. Forward: one all-reduce of the n × d_out partial sums (the bias is added
+    after it); backward: one all-reduce of dx (n × d_in). No redundant compute. The layer must have
+    no output activation (it would act on partial sums); the inner activation σ is elementwise on
+    the sharded intermediate and runs as is. Not for ``nn.Linear`` (it has no rank).
+
+    Parameters
+    ----------
+    input_layouts : Placement, optional
+        The layout of the module's input (a plain tensor is taken to have it): default ``Replicate()``.
+        It is redistributed to ``Replicate()`` (DTensor's collectives) if it differs.
+    output_layouts : Placement, optional
+        The layout wanted for the output: default ``Replicate()``; redistributed from ``Replicate()`` if it differs.
+    use_local_output : bool
+        Return the local tensor (default) rather than a DTensor.
+
+    Attributes
+    ----------
+    shard_multiple : int
+        Unused (the rank is sharded).
+
+    Raises
+    ------
+    TypeError
+        In ``parallelize_module``: a module that is not LowRankLinear or SKLinear.
+    ValueError
+        In ``parallelize_module``: a mesh that is not 1-D; a rank (``rank``, ``low_rank``) not a multiple of the mesh size; dropout > 0; an output activation.
+
+    Examples
+    --------
+    >>> RankParallel().output_layouts
+    (Replicate(),)
+    """
+
     def _check(self, module: nn.Module, layout: LayerLayout, size: int) -> None:
         super()._check(module, layout, size)
         where = f"RankParallel: {type(module).__name__}"

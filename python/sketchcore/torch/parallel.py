@@ -34,20 +34,21 @@ ColwiseParallel(input_layouts=(Replicate(),), output_layouts=(Shard(dim=-1),), u
 """
 from __future__ import annotations
 
-from typing import Any
 
 from torch import nn
+from torch.distributed.tensor.parallel import ParallelStyle
 
+from sketchcore.torch._tp_comm import Collective, CollectiveLog
 from sketchcore.torch._tp_styles import ColwiseParallel, RankParallel, RowwiseParallel
 from sketchcore.torch import _dtensor_rules  # noqa: F401 - registers the operators' DTensor rules
 
-__all__ = ["ColwiseParallel", "RankParallel", "RowwiseParallel", "llama_plan"]
+__all__ = ["Collective", "CollectiveLog", "ColwiseParallel", "RankParallel", "RowwiseParallel", "llama_plan"]
 
 _COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
 _ROW = ("self_attn.o_proj", "mlp.down_proj")
 
 
-def llama_plan(model: nn.Module) -> dict[str, Any]:
+def llama_plan(model: nn.Module) -> dict[str, ParallelStyle]:
     """The usual tensor-parallel plan of a (sketched) LLaMA: q/k/v/gate/up column-parallel, o/down
     row-parallel, everything else replicated; attention shards are whole heads (a mesh size that
     does not divide the heads raises in ``parallelize_module``).
@@ -72,16 +73,17 @@ def llama_plan(model: nn.Module) -> dict[str, Any]:
     --------
     >>> llama_plan(nn.Linear(4, 4))
     Traceback (most recent call last):
-    ValueError: llama_plan: model: expected a LLaMA with self_attn.q_proj ... in its decoder layers, got Linear
+    ValueError: llama_plan: model: expected a LLaMA with self_attn.q_proj, ... in its decoder layers, got Linear
     """
     head_dim = getattr(getattr(model, "config", None), "head_dim", None) or 1
-    plan: dict[str, Any] = {}
+    plan: dict[str, ParallelStyle] = {}
     for name, module in model.named_modules():
-        for suffix, style in [(s, ColwiseParallel) for s in _COLUMN] + [(s, RowwiseParallel) for s in _ROW]:
+        for suffix in _COLUMN + _ROW:
             if name == suffix or name.endswith("." + suffix):
-                plan[name] = style()
+                style = ColwiseParallel() if suffix in _COLUMN else RowwiseParallel()
                 if suffix.startswith("self_attn"):
-                    plan[name].shard_multiple = head_dim
+                    style.shard_multiple = head_dim  # whole heads per shard
+                plan[name] = style
     if not plan:
         raise ValueError(f"llama_plan: model: expected a LLaMA with {', '.join(_COLUMN + _ROW)} in its decoder "
                          f"layers, got {type(model).__name__}")
