@@ -20,7 +20,10 @@ r = T · rank the intermediate's width:
   all-reduce of n × d_out; backward: one of dx (n × d_in). No output activation (it would act on
   partial sums); σ is elementwise on the sharded intermediate, so it is fine.
 
-The arguments ``input_layouts``, ``output_layouts`` and ``use_local_output`` are torch's. Bad
+Where the collective sits between the layer's two products (column and row styles), each rank
+runs them as two torch GEMMs with the inner activation between; RankParallel runs sketchcore's
+fused operator on its shards. The arguments ``input_layouts``, ``output_layouts`` and
+``use_local_output`` are torch's. Bad
 plans raise in ``parallelize_module``: a module the style cannot shard (TypeError), a mesh size
 that does not divide the sharded size, dropout > 0, an activation under RankParallel
 (ValueError). The factors become DTensors, so ``fully_shard`` (FSDP2) composes over another mesh
