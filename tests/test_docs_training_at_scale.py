@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "distributed"))
 
-from launcher import run_world  # noqa: E402
+from dist_launcher import run_world  # noqa: E402
 from test_docs_tutorials import TUTORIALS, python_blocks  # noqa: E402
 
 PAGE = TUTORIALS / "training_at_scale.md"

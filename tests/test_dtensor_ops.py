@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "distributed"))
 
-from launcher import run_world  # noqa: E402
+from dist_launcher import run_world  # noqa: E402
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "distributed"))
 
-from launcher import run_world  # noqa: E402
+from dist_launcher import run_world  # noqa: E402
 
 
 def test_tp_and_ddp_on_2_ranks() -> None:

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "distributed"))
 
-from launcher import run_world  # noqa: E402
+from dist_launcher import run_world  # noqa: E402
 
 CHECKS = ["outputs_gradients_and_steps_equal_one_process", "collectives_are_the_documented_ones",
           "bad_plans_raise_in_parallelize_module", "parallelized_sketched_layers_move_and_cast",

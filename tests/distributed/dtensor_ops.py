@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from common import assert_close
+from dist_common import assert_close
 from sketchcore.torch import sketched_linear, sklinear
 import sketchcore.torch.parallel  # noqa: F401 - registers the rules
 from sketchcore.torch._tp_comm import CollectiveLog
@@ -106,5 +106,5 @@ def other_layouts_raise_naming_the_placements() -> None:
 
 
 if __name__ == "__main__":
-    from worker_main import main
+    from dist_worker import main
     main(globals())

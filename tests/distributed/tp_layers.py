@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import parallelize_module
 
-from common import assert_close, full, my_chunk
+from dist_common import assert_close, my_chunk
 from sketchcore.torch import LowRankLinear, SKLinear
 from sketchcore.torch.parallel import ColwiseParallel, RankParallel, RowwiseParallel
 from sketchcore.torch._tp_comm import CollectiveLog
@@ -169,5 +169,5 @@ def dense_linear_goes_to_torch_styles() -> None:
 
 
 if __name__ == "__main__":
-    from worker_main import main
+    from dist_worker import main
     main(globals())

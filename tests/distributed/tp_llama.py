@@ -12,8 +12,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
-from common import assert_close
-from llama import loss_of, sketched_llama, tokens
+from dist_common import assert_close
+from dist_llama import loss_of, sketched_llama, tokens
 from sketchcore.torch.parallel import llama_plan
 
 
@@ -99,5 +99,5 @@ def ddp_equals_one_process() -> None:
 
 
 if __name__ == "__main__":
-    from worker_main import main
+    from dist_worker import main
     main(globals())

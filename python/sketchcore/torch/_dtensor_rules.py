@@ -95,6 +95,14 @@ def _layout(op: str, x: DTensorSpec, S: list[DTensorSpec], U: list[DTensorSpec],
     return layout, batch_dim
 
 
+def _factor_placements(layout: str, s_nd: int, u_nd: int) -> tuple[Any, Any]:
+    """The placements of the S-side and U-side factors in a layout (2-D factors, or 3-D with
+    the terms first: the rank layout shards the terms of 3-D ones)."""
+    pS = {"rank": Shard(0 if s_nd == 3 else 1), "rows": Shard(s_nd - 2)}.get(layout, R)
+    pU = {"rank": Shard(0), "columns": Shard(u_nd - 1)}.get(layout, R)
+    return pS, pU
+
+
 def _y_placement(layout: str, batch_dim: int, y_nd: int) -> Any:
     return {"replicated": R, "batch": Shard(batch_dim), "columns": Shard(y_nd - 1)}.get(layout, P)
 
@@ -105,11 +113,10 @@ def _forward_rule(op: str, positions: dict[str, Any]):
         inner = _arg(args, positions["inner"], "none")
         x, bias = args[positions["x"]], args[positions["bias"]]
         S, U = [args[i] for i in positions["S"]], [args[i] for i in positions["U"]]
-        outputs, inputs = [], [None] * len(args)
+        outputs = []
         for dim in range(x.mesh.ndim):
             layout, batch = _layout(op, x, S, U, dim, activation, dropout_p, inner)
-            pS = {"rank": Shard(0 if S[0].ndim == 3 else 1), "rows": Shard(S[0].ndim - 2)}.get(layout, R)
-            pU = {"rank": Shard(0), "columns": Shard(U[0].ndim - 1)}.get(layout, R)
+            pS, pU = _factor_placements(layout, S[0].ndim, U[0].ndim)
             y = _y_placement(layout, batch, x.ndim)
             z = {"batch": Shard(batch), "rank": Shard(x.ndim - 1), "rows": P}.get(layout, R)
             outputs.append((layout, batch, y, z, pS, pU))
@@ -162,8 +169,7 @@ def _backward_rule(op: str, positions: dict[str, Any]):
         strategies = []
         for dim in range(x.mesh.ndim):
             layout, batch = _layout(op, x, S, U, dim, activation, dropout_p, inner)
-            pS = {"rank": Shard(0 if S[0].ndim == 3 else 1), "rows": Shard(S[0].ndim - 2)}.get(layout, R)
-            pU = {"rank": Shard(0), "columns": Shard(U[0].ndim - 1)}.get(layout, R)
+            pS, pU = _factor_placements(layout, S[0].ndim, U[0].ndim)
             px = {"batch": Shard(batch), "rows": Shard(x.ndim - 1)}.get(layout, R)
             pz = {"batch": Shard(batch), "rank": Shard(x.ndim - 1), "rows": P}.get(layout, R)
             pb = Shard(0) if layout == "columns" else (bias.placements[dim] if bias is not None else R)

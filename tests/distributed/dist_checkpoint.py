@@ -3,7 +3,6 @@ loaded by TP on 2 processes and by one plain process, each equal bit for bit to 
 (model and optimizer). The directory is $SKETCHCORE_TEST_CHECKPOINT (run by tests/test_tp_checkpoint.py)."""
 from __future__ import annotations
 
-import copy
 import os
 
 import torch
@@ -15,7 +14,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from llama import loss_of, sketched_llama, tokens
+from dist_llama import loss_of, sketched_llama, tokens
 from sketchcore.torch.parallel import llama_plan
 
 FULL = StateDictOptions(full_state_dict=True)
@@ -102,5 +101,5 @@ def load_into_tp_on_2_ranks() -> None:
 
 
 if __name__ == "__main__":
-    from worker_main import main
+    from dist_worker import main
     main(globals())

@@ -52,7 +52,7 @@ def _child(rank: int, world_size: int, port: int, worker: str, checks: list[str]
         if folder and folder not in sys.path:
             sys.path.insert(0, folder)
     module = importlib.import_module(worker)
-    from worker_main import main
+    from dist_worker import main
     sys.argv = [worker, *checks]
     main(vars(module))
 
