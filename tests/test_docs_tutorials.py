@@ -5,6 +5,8 @@ Each page is one test: its ```python blocks run top to bottom in one namespace, 
 working directory. What is not run:
 
 * blocks whose first line is ``# docs: requires-gpu`` — unless sketchcore sees a CUDA device;
+* blocks whose first line is ``# docs: distributed``: together they are one script that
+  tests/test_docs_training_at_scale.py runs on 2 processes;
 * blocks of any other fence (```bash, ```cmake, ```cpp, ```{code-block} python, ...);
 * a whole page whose code imports an optional framework (torch, jax, cupy) that is not
   installed: it is skipped, naming the module. Any other error fails the test, with the
@@ -24,6 +26,8 @@ import sketchcore
 
 TUTORIALS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "tutorials"
 GPU_MARKER = "# docs: requires-gpu"
+#: First line of blocks that form a script run on several processes (tests/test_docs_training_at_scale.py).
+DISTRIBUTED_MARKER = "# docs: distributed"
 OPTIONAL_MODULES = ("torch", "jax", "jaxlib", "cupy")
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\S*)")
 
@@ -34,9 +38,16 @@ class Block:
     code: str
 
     @property
+    def first_line(self) -> str:
+        return self.code.lstrip("\n").split("\n", 1)[0].strip()
+
+    @property
     def needs_gpu(self) -> bool:
-        first = self.code.lstrip("\n").split("\n", 1)[0].strip()
-        return first == GPU_MARKER
+        return self.first_line == GPU_MARKER
+
+    @property
+    def distributed(self) -> bool:
+        return self.first_line == DISTRIBUTED_MARKER
 
 
 def _closes(line: str, fence: str) -> bool:
@@ -71,7 +82,7 @@ def run_page(path: pathlib.Path, gpu: bool) -> int:
     namespace: dict[str, object] = {"__name__": "__docs__"}
     ran = 0
     for block in python_blocks(path.read_text(encoding="utf-8")):
-        if block.needs_gpu and not gpu:
+        if (block.needs_gpu and not gpu) or block.distributed:
             continue
         # Padding with blank lines makes tracebacks name the Markdown file's own line numbers.
         source = "\n" * (block.line - 1) + block.code
@@ -103,7 +114,7 @@ def test_tutorial_code_runs(page: pathlib.Path, tmp_path: pathlib.Path, monkeypa
         if root in OPTIONAL_MODULES and importlib.util.find_spec(root) is None:
             pytest.skip(f"{page.name} needs {root}, which is not installed")
         raise
-    assert ran > 0 or all(block.needs_gpu for block in blocks)
+    assert ran > 0 or all(block.needs_gpu or block.distributed for block in blocks)
 
 
 def test_extractor_honours_fences_and_markers(tmp_path: pathlib.Path) -> None:

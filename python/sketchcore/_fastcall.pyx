@@ -62,8 +62,10 @@ cdef int _check_ranks(const TensorView& x, const TensorView& S, const TensorView
     return 0
 
 
-cdef int _epilogue(Epilogue* e, int activation, double scale, double dropout_p, uint64_t seed) except -1:
+cdef int _epilogue(Epilogue* e, int activation, double scale, double dropout_p, uint64_t seed,
+                   int inner_activation) except -1:
     e.activation = <Activation>activation
+    e.inner_activation = <Activation>inner_activation
     e.scale = scale
     e.dropout_p = dropout_p
     e.seed = seed
@@ -71,10 +73,11 @@ cdef int _epilogue(Epilogue* e, int activation, double scale, double dropout_p, 
 
 
 def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint64_t seed, bint keep_intermediate,
-            S_next=None, U_next=None):
-    """``act(scale · x [S; S_next] [U; U_next] + bias)`` with dropout: ``(y, Z)`` when
-    ``keep_intermediate`` (Z = x·S for the backward), else ``y``; ``None`` when S_next (or
-    U_next) does not continue S (U) in memory."""
+            S_next=None, U_next=None, int inner_activation=0):
+    """``act(scale · σ(x [S; S_next]) [U; U_next] + bias)`` with dropout (σ: the
+    ``inner_activation`` code, 0 = none): ``(y, Z)`` when ``keep_intermediate`` (Z = x·S, before
+    σ, for the backward), else ``y``; ``None`` when S_next (or U_next) does not continue S (U)
+    in memory."""
     cdef Borrowed held
     held.count = 0
     cdef TensorView xv, sv, uv, bv, yv, zv
@@ -85,7 +88,7 @@ def forward(x, S, U, bias, int activation, double scale, double dropout_p, uint6
         if not _factor(S, S_next, "S", &sv, &held) or not _factor(U, U_next, "U", &uv, &held):
             return None
         _check_ranks(xv, sv, uv)
-        _epilogue(&e, activation, scale, dropout_p, seed)
+        _epilogue(&e, activation, scale, dropout_p, seed, inner_activation)
         if bias is not None:
             borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv
@@ -119,7 +122,7 @@ cdef tuple _restricted(const vector[int64_t]& extents, int64_t begin, int64_t en
 
 def backward(grad, x, S, U, z, bias, int activation, double scale, double dropout_p, uint64_t seed,
              bint need_x, bint need_S, bint need_U, bint need_bias, S_next=None, U_next=None,
-             int64_t S_begin=0, int64_t S_end=-1, int64_t U_begin=0, int64_t U_end=-1):
+             int64_t S_begin=0, int64_t S_end=-1, int64_t U_begin=0, int64_t U_end=-1, int inner_activation=0):
     """``(dx, dS, dU, dbias)`` of :func:`forward` (None where not needed; dS only for the terms
     [S_begin, S_end), dU for [U_begin, U_end)); ``None`` when a factor pair is not joined."""
     cdef Borrowed held
@@ -135,7 +138,7 @@ def backward(grad, x, S, U, z, bias, int activation, double scale, double dropou
             return None
         borrow_torch(z, "intermediate", &zv, &held, True)
         _check_ranks(xv, sv, uv)
-        _epilogue(&e, activation, scale, dropout_p, seed)
+        _epilogue(&e, activation, scale, dropout_p, seed, inner_activation)
         if bias is not None:
             borrow_torch(bias, "bias", &bv, &held)
             e.bias = bv

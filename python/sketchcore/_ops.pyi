@@ -19,6 +19,7 @@ def sketched_matmul(
     seed: int | None = None,
     out: ArrayT | None = None,
     intermediate: Any | None = None,
+    inner_activation: Activation | None = None,
 ) -> ArrayT: ...
 def sketched_matmul_backward(
     grad_out: ArrayT,
@@ -35,4 +36,5 @@ def sketched_matmul_backward(
     needs: Collection[Gradient] | None = None,
     S_terms: tuple[int, int] | None = None,
     U_terms: tuple[int, int] | None = None,
+    inner_activation: Activation | None = None,
 ) -> tuple[ArrayT | None, ArrayT | None, ArrayT | None, ArrayT | None]: ...

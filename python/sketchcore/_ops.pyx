@@ -101,7 +101,23 @@ cdef double _real(object value, str name) except? -1.0:
 _ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
 
 
-cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed):
+cdef int _inner_activation_code(inner_activation, str op) except -1:
+    """The core's enumerator of the inner activation (None means "none"); a ValueError naming
+    the argument and listing the valid names otherwise."""
+    if inner_activation is None:
+        return _ACTIVATION_CODES["none"]
+    if not isinstance(inner_activation, str):
+        raise TypeError(f"{op}: inner_activation: expected a str such as 'silu' or None, "
+                        f"got {type(inner_activation).__name__}")
+    code = _ACTIVATION_CODES.get(inner_activation)
+    if code is None:
+        raise ValueError(f"{op}: inner_activation: expected one of {tuple(_ACTIVATION_CODES)}, "
+                         f"got {inner_activation!r}")
+    return code
+
+
+cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed, inner_activation=None,
+                                  str op="sketched_matmul"):
     cdef _EpilogueArgs e = _EpilogueArgs.__new__(_EpilogueArgs)
     if activation is None:
         activation = "none"
@@ -110,6 +126,7 @@ cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_
     code = _ACTIVATION_CODES.get(activation)
     e.epilogue.activation = (<Activation><int>code if code is not None
                              else core.parse_activation(activation.encode("utf-8")))
+    e.epilogue.inner_activation = <Activation>_inner_activation_code(inner_activation, op)
     e.epilogue.scale = _real(scale, "scale")
     e.epilogue.dropout_p = _real(dropout_p, "dropout_p")
     if seed is None and e.epilogue.dropout_p == 0.0:  # the common case: nothing to check or draw
@@ -190,12 +207,14 @@ cdef object _torch_call(x, S, U, bias, _EpilogueArgs e, stream):
 
 
 def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout_p=0.0, seed=None, out=None,
-                    intermediate=None):
+                    intermediate=None, inner_activation=None):
     """Sketched matrix product with a fused epilogue.
 
-    Computes ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias), dropout_p, seed)``
-    as one pair of GEMMs (``x @ [S_1 ... S_T] @ [U_1; ...; U_T]``), never a loop over the
-    terms, with the epilogue applied to each output panel while it is in cache.
+    Computes ``dropout(activation(scale * sum_t σ(x @ S[t]) @ U[t] + bias), dropout_p, seed)``
+    as one pair of GEMMs (``σ(x @ [S_1 ... S_T]) @ [U_1; ...; U_T]``), never a loop over the
+    terms, with the epilogue applied to each output panel while it is in cache. σ is
+    ``inner_activation`` (a CoLA-style bottleneck activation; identity by default), applied
+    to the intermediate as the first product's epilogue.
 
     Parameters
     ----------
@@ -228,7 +247,11 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
         device, and must not overlap any input.
     intermediate : array, shape (..., T·k), optional
         Receives Z = x @ [S_1 ... S_T] for :func:`sketched_matmul_backward` (row-major
-        rows: unit last stride and leading dimensions that collapse).
+        rows: unit last stride and leading dimensions that collapse); with an inner
+        activation Z is its input (pre-activation), from which the backward recomputes σ(Z).
+    inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+        σ applied to the (..., T·k) intermediate before the second product; ``None`` means
+        ``"none"``.
 
     Returns
     -------
@@ -266,7 +289,7 @@ def sketched_matmul(x, S, U, *, bias=None, activation="none", scale=1.0, dropout
     Traceback (most recent call last):
     ValueError: ...
     """
-    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True)
+    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, True, inner_activation)
     stream = _stream_of(x)
     if out is None and intermediate is None and _plain_torch(x, S, U, bias):
         return _torch_call(x, S, U, bias, e, stream)
@@ -328,10 +351,12 @@ def _restricted(shape, begin, end):
 
 
 def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, activation="none", scale=1.0,
-                             dropout_p=0.0, seed=None, needs=None, S_terms=None, U_terms=None):
+                             dropout_p=0.0, seed=None, needs=None, S_terms=None, U_terms=None,
+                             inner_activation=None):
     """Gradients of :func:`sketched_matmul` with respect to x, S, U and bias.
 
-    ``y = dropout(activation(scale * (x @ Sp) @ Up + bias))`` with ``Sp = [S_1 ... S_T]``;
+    ``y = dropout(activation(scale * σ(x @ Sp) @ Up + bias))`` with ``Sp = [S_1 ... S_T]``
+    and σ the ``inner_activation`` (σ(Z) and σ'(Z) are recomputed from the saved Z);
     given ``grad_out = dL/dy`` and the ``intermediate`` Z = x @ Sp that the forward wrote,
     returns ``(dx, dS, dU, dbias)`` with ``None`` for the ones not in ``needs`` (default:
     all, dbias only when there is a bias). The
@@ -349,7 +374,7 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     ----------
     grad_out : array, shape (..., d_out)
         dL/dy.
-    x, S, U, bias, activation, scale, dropout_p, seed
+    x, S, U, bias, activation, scale, dropout_p, seed, inner_activation
         The forward's arguments (``seed`` is required when ``dropout_p > 0``).
     intermediate : array, shape (..., T·k)
         Z as written by the forward's ``intermediate``.
@@ -388,7 +413,8 @@ def sketched_matmul_backward(grad_out, x, S, U, intermediate, *, bias=None, acti
     Traceback (most recent call last):
     ValueError: sketched_matmul_backward: needs: 'bias' requested but bias is None
     """
-    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, False)
+    cdef _EpilogueArgs e = _epilogue_args(activation, scale, dropout_p, seed, False, inner_activation,
+                                          "sketched_matmul_backward")
     if needs is None:
         wanted = _GRADIENTS if bias is not None else _GRADIENTS[:3]
     elif isinstance(needs, (str, bytes)) or not hasattr(needs, "__iter__"):

@@ -52,6 +52,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         Activation activation
         double dropout_p
         uint64_t seed
+        Activation inner_activation
 
     # sketched_matmul.hpp
     cdef cppclass TermRange:

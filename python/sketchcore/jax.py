@@ -81,7 +81,8 @@ def _check_platforms(name: str, platforms: set[str]) -> None:
                      f"{sorted(platforms)}")
 
 
-def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: float, seed: int) -> tuple[int, int]:
+def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: float, seed: int,
+             inner_activation: str = "none") -> tuple[int, int]:
     """Checks at trace time what the core would refuse at run time, with the same kind of
     message; returns (T·k, d_out)."""
     for name, a in (("x", x), ("S", S), ("U", U)) + ((("bias", bias),) if bias is not None else ()):
@@ -101,6 +102,9 @@ def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: floa
         raise ValueError(f"sketched_matmul: bias: expected shape ({U.shape[-1]},), got {bias.shape}")
     if activation not in sketchcore.ACTIVATIONS:
         raise ValueError(f"sketched_matmul: activation: expected one of {sketchcore.ACTIVATIONS}, got {activation!r}")
+    if inner_activation not in sketchcore.ACTIVATIONS:
+        raise ValueError(f"sketched_matmul: inner_activation: expected one of {sketchcore.ACTIVATIONS}, "
+                         f"got {inner_activation!r}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"sketched_matmul: dropout_p: expected a probability in [0, 1], got {dropout_p}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -108,8 +112,10 @@ def _checked(x: Any, S: Any, U: Any, bias: Any, activation: str, dropout_p: floa
     return terms * S.shape[-1], U.shape[-1]
 
 
-def _attributes(activation: str, scale: float, dropout_p: float, seed: int, has_bias: bool) -> dict[str, Any]:
-    return {"activation": activation, "scale": np.float64(scale), "dropout_p": np.float64(dropout_p),
+def _attributes(activation: str, scale: float, dropout_p: float, seed: int, has_bias: bool,
+                inner_activation: str) -> dict[str, Any]:
+    return {"activation": activation, "inner_activation": inner_activation, "scale": np.float64(scale),
+            "dropout_p": np.float64(dropout_p),
             # A uint64 attribute ≥ 2**63 fails in MLIR's Python bindings: the bits go as an int64.
             "seed": np.int64(seed - 2**64 if seed >= 2**63 else seed), "has_bias": np.bool_(has_bias)}
 
@@ -118,32 +124,33 @@ def _placeholder(bias: Optional[jax.Array], dtype: Any) -> jax.Array:
     return bias if bias is not None else jnp.zeros((0,), dtype)
 
 
-def _forward_call(x, S, U, bias, activation, scale, dropout_p, seed):
-    width, d_out = _checked(x, S, U, bias, activation, dropout_p, seed)
+def _forward_call(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation):
+    width, d_out = _checked(x, S, U, bias, activation, dropout_p, seed, inner_activation)
     lead = x.shape[:-1]
     call = jax.ffi.ffi_call(_FORWARD, (jax.ShapeDtypeStruct(lead + (d_out,), x.dtype),
                                        jax.ShapeDtypeStruct(lead + (width,), x.dtype)), vmap_method="sequential")
     return call(x, S, U, _placeholder(bias, x.dtype), **_attributes(activation, scale, dropout_p, seed,
-                                                                     bias is not None))
+                                                                     bias is not None, inner_activation))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _sketched_matmul(x, S, U, bias, activation, scale, dropout_p, seed):
-    return _forward_call(x, S, U, bias, activation, scale, dropout_p, seed)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _sketched_matmul(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation):
+    return _forward_call(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation)[0]
 
 
-def _vjp_forward(x, S, U, bias, activation, scale, dropout_p, seed):
-    y, z = _forward_call(x, S, U, bias, activation, scale, dropout_p, seed)
+def _vjp_forward(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation):
+    # The residual z is the pre-activation x·S: the backward recomputes σ(z) and σ′(z) from it.
+    y, z = _forward_call(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation)
     return y, (x, S, U, bias, z)
 
 
-def _vjp_backward(activation, scale, dropout_p, seed, residuals, grad):
+def _vjp_backward(activation, scale, dropout_p, seed, inner_activation, residuals, grad):
     x, S, U, bias, z = residuals
     bias_shape = bias.shape if bias is not None else (0,)
     shapes = tuple(jax.ShapeDtypeStruct(s, x.dtype) for s in (x.shape, S.shape, U.shape, bias_shape))
     call = jax.ffi.ffi_call(_BACKWARD, shapes, vmap_method="sequential")
     dx, dS, dU, dbias = call(grad, x, S, U, z, _placeholder(bias, x.dtype),
-                             **_attributes(activation, scale, dropout_p, seed, bias is not None))
+                             **_attributes(activation, scale, dropout_p, seed, bias is not None, inner_activation))
     return dx, dS, dU, (dbias if bias is not None else None)
 
 
@@ -151,8 +158,9 @@ _sketched_matmul.defvjp(_vjp_forward, _vjp_backward)
 
 
 def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax.Array] = None, *,
-                    activation: str = "none", scale: float = 1.0, dropout_p: float = 0.0, seed: int = 0) -> jax.Array:
-    """``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))`` for JAX arrays on the
+                    activation: str = "none", scale: float = 1.0, dropout_p: float = 0.0, seed: int = 0,
+                    inner_activation: str = "none") -> jax.Array:
+    """``dropout(activation(scale * sum_t σ(x @ S[t]) @ U[t] + bias))`` for JAX arrays on the
     CPU or a CUDA GPU, as :func:`sketchcore.sketched_matmul` computes it for NumPy arrays (the same
     results, dropout masks included), differentiable in x, S, U and bias.
 
@@ -173,6 +181,8 @@ def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax
         Inverted-dropout probability in [0, 1].
     seed : int
         Dropout seed in [0, 2**64).
+    inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}
+        σ on the (..., T·k) intermediate (static, like ``activation``).
 
     Returns
     -------
@@ -184,7 +194,7 @@ def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax
     TypeError
         A dtype that is not floating, or differs from ``x``'s.
     ValueError
-        Shapes that do not chain, a bias of the wrong shape, an unknown activation,
+        Shapes that do not chain, a bias of the wrong shape, an unknown activation or inner activation,
         ``dropout_p`` outside [0, 1], a bad seed, an array on a device other than the CPU or
         (with the CUDA backend) a CUDA GPU.
     RuntimeError
@@ -204,4 +214,4 @@ def sketched_matmul(x: jax.Array, S: jax.Array, U: jax.Array, bias: Optional[jax
     Traceback (most recent call last):
     ValueError: sketched_matmul: shapes do not chain: x (2, 3), S (4, 2), U (2, 4)...
     """
-    return _sketched_matmul(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+    return _sketched_matmul(x, S, U, bias, activation, float(scale), float(dropout_p), seed, inner_activation)

@@ -36,6 +36,7 @@ sketchcore::Epilogue epilogue_of(const Frame& f, const sketchcore::TensorView& b
   e.activation = sketchcore::parse_activation(f.string("activation"));
   e.dropout_p = f.f64("dropout_p");
   e.seed = static_cast<std::uint64_t>(f.s64("seed"));  // MLIR's Python bindings cannot build a uint64 ≥ 2^63
+  e.inner_activation = sketchcore::parse_activation(f.string("inner_activation"));
   return e;
 }
 

@@ -39,6 +39,17 @@ void check_same_device_and_dtype(const TensorView& reference, const TensorView& 
   }
 }
 
+/// An Activation cast from an integer by a caller (the C API, the bindings) may name none.
+void check_known_activation(Activation activation, const char* name) {
+  for (const Activation known : all_activations()) {
+    if (known == activation) return;
+  }
+  std::string names;
+  for (const Activation known : all_activations()) names += std::string(names.empty() ? "" : ", ") + activation_name(known);
+  detail::fail<std::invalid_argument>(kOp, name, "one of " + names,
+                                      "the enumerator " + std::to_string(static_cast<int>(activation)));
+}
+
 const detail::Backend& backend_for(const TensorView& x) {
   const detail::Backend* backend = detail::backend_for(x.device().type);
   if (!backend) {
@@ -123,6 +134,8 @@ void check_epilogue(const TensorView& x, const Epilogue& epilogue, const Extents
   if (!std::isfinite(epilogue.scale)) {
     detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(epilogue.scale));
   }
+  check_known_activation(epilogue.activation, "activation");
+  check_known_activation(epilogue.inner_activation, "inner_activation");
 }
 
 /// A view the call writes: expected shape, x's dtype and device, no repeated elements,

@@ -73,3 +73,19 @@ chosen: dict[str, dict[str, object]] = tuner.get_best_params()
 tuned_model: nn.Module = tuner.apply_best_params() if chosen else tuner.replace_without_tuning(0.2)
 count: int = tuner.evaluations
 print(factors, r_t, j_t, u_t, s_t, tuned_model, count)
+
+from torch.distributed.tensor.parallel import ParallelStyle  # noqa: E402
+from sketchcore.torch.parallel import (  # noqa: E402
+    CollectiveLog, ColwiseParallel, RankParallel, RowwiseParallel, llama_plan)
+
+styles: list[ParallelStyle] = [ColwiseParallel(), RowwiseParallel(use_local_output=False), RankParallel()]
+
+
+def plan_of(llama: nn.Module) -> dict[str, ParallelStyle]:
+    return llama_plan(llama)
+
+
+with CollectiveLog() as log:
+    pass
+sent: int = log.total_bytes
+print(styles, plan_of, sent)

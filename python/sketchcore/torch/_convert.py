@@ -5,6 +5,7 @@ and returns a report; ``restore_model`` rebuilds a compressed model from its sta
 from __future__ import annotations
 
 import fnmatch
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from typing import Any, Iterable, Literal, Optional
 
 import torch
 from torch import Tensor, nn
+
+import sketchcore
 
 from sketchcore.torch import _calibrate, _factors, _whitened
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
@@ -46,7 +49,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  layer: Optional[Literal["sklinear", "lowrank"]] = None, include: Optional[Iterable[str]] = None,
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
-                 tied: Literal["keep", "untie"] = "keep", **kwargs: Any) -> ConversionReport:
+                 tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
+                 **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
     ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
@@ -65,6 +69,14 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     up, so it is always met, and a layer whose rounded rank would not save parameters stays
     dense. A ``low_rank`` you give is used as it is (the core pads what it owns so that any rank
     runs on the fast kernels). The report gives each layer's rank and real parameter count.
+
+    Pretraining (CoLA-style models): ``init="random"`` with ``layer="lowrank"`` turns a freshly
+    initialised model (e.g. ``LlamaForCausalLM`` built from a config) into its low-rank form
+    without an SVD: each factor is drawn N(0, s²) with s² = σ_W / √rank, σ_W the standard
+    deviation of the replaced weight, so that S·U has the variance of the dense init (balanced
+    factors); the bias is kept. ``inner_activation="silu"`` puts CoLA's bottleneck activation
+    in every new layer (``LowRankLinear(..., inner_activation=...)``); it needs
+    ``init="random"``: a trained model's SVD factors approximate W·x, not a nonlinear layer.
 
     Layer: ``layer="lowrank"`` builds :class:`LowRankLinear` (rank-r ``x S U + b``) — the
     default when ``num_terms`` is not given, so ``sketch_model(model, tolerance=0.1)`` works
@@ -121,7 +133,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     include, exclude : iterable of str, optional
         fnmatch patterns over qualified module names.
     init : str
-        ``"svd"`` or ``"panther"`` (SKLinear).
+        ``"svd"`` or ``"panther"`` (SKLinear); ``"random"`` (LowRankLinear, for pretraining:
+        balanced random factors, no SVD).
     conv2d : bool
         Also convert ``nn.Conv2d`` to :class:`SKConv2d`.
     attention : int, optional
@@ -129,6 +142,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     calibration : iterable, optional
         Model inputs for output-error-aware conversion and measurement.
     tied : {"keep", "untie"}
+    inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+        σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
     **kwargs
         Passed to the new layers (``activation``, ``dropout``).
 
@@ -143,8 +158,11 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         ``attention``); an unknown ``layer`` or ``tied``; ``num_terms`` not an integer ≥ 1 for
         ``"sklinear"``; ``attention`` < 1; ``conv2d`` without ``"sklinear"``; ``tolerance``
         outside [0, 1); ``param_ratio`` outside (0, 1] (above 1 the model would grow); a
-        registered module whose weight or bias has the wrong shape. The new layers'
-        constructors raise on bad ``kwargs``.
+        registered module whose weight or bias has the wrong shape; an unknown
+        ``inner_activation`` (the message lists the valid ones), one with ``layer="sklinear"`` or
+        without ``init="random"`` (converting a trained model), ``init="random"`` with
+        ``layer="sklinear"`` or with calibration inputs. The new layers' constructors raise on
+        bad ``kwargs``.
     TypeError
         ``model`` is not an ``nn.Module`` (a state_dict, say: build the model, load it, pass it).
 
@@ -193,6 +211,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                          f"parameters; above 1 the model would grow), got {param_ratio!r}")
     if tied not in ("keep", "untie"):
         raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
+    _check_pretraining_options(layer, init, inner_activation, calibration)
+    if inner_activation is not None:
+        kwargs = {**kwargs, "inner_activation": inner_activation}
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
     include = list(include) if include is not None else None
     exclude = list(exclude or ())
@@ -245,6 +266,27 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     if not report.replaced:
         _warn_nothing_replaced(report, include, exclude)
     return report
+
+
+def _check_pretraining_options(layer: str, init: str, inner_activation: Optional[str], calibration: Any) -> None:
+    """The refusals of ``init="random"`` and ``inner_activation`` (sketch_model's Raises)."""
+    valid = sketchcore.ACTIVATIONS
+    if inner_activation is not None and inner_activation not in valid:
+        raise ValueError(f"sketch_model: inner_activation: expected one of {valid} or None, got {inner_activation!r}")
+    nonlinear = inner_activation not in (None, "none")
+    if nonlinear and layer != "lowrank":
+        raise ValueError(f"sketch_model: inner_activation: expected layer='lowrank' (only LowRankLinear has a "
+                         f"bottleneck activation), got layer={layer!r} with inner_activation={inner_activation!r}")
+    if nonlinear and init != "random":
+        raise ValueError(f"sketch_model: inner_activation: expected init='random' (a freshly initialised model to "
+                         f"pretrain), got init={init!r}: a trained layer's SVD factors approximate x W, not "
+                         f"σ(x S) U, so converting a trained model with an inner activation is refused")
+    if init == "random" and layer != "lowrank":
+        raise ValueError(f"sketch_model: init: 'random' draws LowRankLinear factors, expected layer='lowrank', "
+                         f"got layer={layer!r}")
+    if init == "random" and calibration is not None:
+        raise ValueError("sketch_model: calibration: expected None with init='random' (random factors do not "
+                         "depend on the data)")
 
 
 def _warn_nothing_replaced(report: ConversionReport, include: Optional[list[str]], exclude: list[str]) -> None:
@@ -318,9 +360,11 @@ def _replace_linear(model: nn.Module, c: _Linear, gram: Optional[Tensor], calibr
     approximation = dense_equivalent(new)
     output_error = _whitened.output_error(approximation, c.M, gram) if gram is not None else None
     replace(model, c.name, c.module, new)
+    # init="random" approximates no weight (a model to pretrain): its weight error is unknown (NaN).
+    weight_error = math.nan if init == "random" else _factors.relative_error(approximation, c.M)
     report.replaced[c.name] = LayerReport(c.name, type(new).__name__, n_in, n_out, rank, size, params(new),
-                                          flops_dense, flops, _factors.relative_error(approximation, c.M), c.module,
-                                          "", output_error)
+                                          flops_dense, flops, weight_error, c.module, "", output_error,
+                                          getattr(new, "inner_activation", "none"))
 
 
 def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, low_rank: Optional[int],
@@ -464,7 +508,8 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
             new.init = config.get("init", "panther")
         else:
             new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
-                                activation=config["activation"], dropout=config.get("dropout", 0.0), **placement)
+                                activation=config["activation"], dropout=config.get("dropout", 0.0),
+                                inner_activation=config.get("inner_activation"), **placement)
         set_module(model, name, new)
     no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)

@@ -68,7 +68,10 @@ def build(M: Tensor, bias: Optional[Tensor], layer: str, rank: int, num_terms: O
     new: nn.Module
     if layer == "lowrank":
         new = LowRankLinear(n_in, n_out, rank, bias=has_bias, dtype=dtype, device=device, **kwargs)
-        A, B = _factors.balanced_factors(M, rank) if Vt is None else _whitened.lowrank_factors(M, Vt, rank)
+        if init == "random":
+            A, B = random_balanced_factors(M, rank)
+        else:
+            A, B = _factors.balanced_factors(M, rank) if Vt is None else _whitened.lowrank_factors(M, Vt, rank)
         with torch.no_grad():
             new.S.copy_(A)
             new.U.copy_(B)
@@ -93,10 +96,22 @@ def build(M: Tensor, bias: Optional[Tensor], layer: str, rank: int, num_terms: O
     return new
 
 
+def random_balanced_factors(M: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """Random S (in × rank) and U (rank × out) for pretraining, drawn N(0, s²) each with
+    s² = σ_W / √rank, σ_W the standard deviation of the freshly initialised M: then every
+    entry of S·U has variance rank·s⁴ = σ_W², the dense init's, and both factors have the same
+    scale (balanced, as CoLA draws them)."""
+    sigma = float(M.detach().to(torch.float64).std()) if M.numel() > 1 else 0.0
+    std = (sigma / rank ** 0.5) ** 0.5
+    n_in, n_out = M.shape
+    return (torch.randn(n_in, rank, dtype=M.dtype, device=M.device) * std,
+            torch.randn(rank, n_out, dtype=M.dtype, device=M.device) * std)
+
+
 def dense_equivalent(new: nn.Module) -> Tensor:
     """M_new (in × out) of a LowRankLinear or SKLinear, from its factors, in float64."""
     with torch.no_grad():
-        if isinstance(new, LowRankLinear):
+        if isinstance(new, LowRankLinear):  # with an inner activation: the product of its factors
             return new.S.to(torch.float64) @ new.U.to(torch.float64)
         assert isinstance(new, SKLinear)
         S1s, S2s, U1s, U2s = (t.to(torch.float64) for t in (new.S1s, new.S2s, new.U1s, new.U2s))

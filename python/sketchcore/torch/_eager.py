@@ -84,11 +84,13 @@ class SketchedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                dropout_p: float, seed: Tensor) -> Tensor:
+                dropout_p: float, seed: Tensor, inner_activation: str = "none") -> Tensor:
         ctx.seed_value = _seed_value(seed, dropout_p)
-        y, z = _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, ctx.seed_value, True)
+        y, z = _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, ctx.seed_value, True,
+                                 inner_activation=_CODES[inner_activation])
         ctx.save_for_backward(x, S, U, bias, z, seed)  # the layout _ops._backward reads
         ctx.activation, ctx.scale, ctx.dropout_p = activation, scale, dropout_p
+        ctx.inner_activation, ctx.non_tensor_inputs = inner_activation, 5
         return y
 
     @staticmethod
@@ -98,18 +100,20 @@ class SketchedLinear(torch.autograd.Function):
         x, S, U, bias, z, _ = ctx.saved_tensors
         n = ctx.needs_input_grad
         grads = _fastcall.backward(grad_y, x, S, U, z, bias, _CODES[ctx.activation], ctx.scale, ctx.dropout_p,
-                                   ctx.seed_value, n[0], n[1], n[2], n[3])
-        return (*grads, None, None, None, None)
+                                   ctx.seed_value, n[0], n[1], n[2], n[3],
+                                   inner_activation=_CODES[ctx.inner_activation])
+        return (*grads, None, None, None, None, None)
 
 
 def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                    dropout_p: float, seed: Tensor) -> Tensor:
+                    dropout_p: float, seed: Tensor, inner_activation: str = "none") -> Tensor:
     """The eager ``sketched_linear``: the Function when autograd records, else one core call."""
     (x, S, U, bias), out_dtype = _autocast(x, S, U, bias)
     if _records(x, S, U, bias):
-        y = SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed)
+        y = SketchedLinear.apply(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation)
     else:
-        y = _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, _seed_value(seed, dropout_p), False)
+        y = _fastcall.forward(x, S, U, bias, _CODES[activation], scale, dropout_p, _seed_value(seed, dropout_p), False,
+                              inner_activation=_CODES[inner_activation])
     return y if out_dtype is None else y.to(out_dtype)  # inline: every eager call passes here
 
 

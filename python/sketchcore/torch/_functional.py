@@ -14,9 +14,9 @@ from sketchcore.torch import _eager, _functorch, _ops  # noqa: F401 - _ops regis
 _ACTIVATIONS = sketchcore.ACTIVATIONS
 
 
-def _checked_activation(activation: str, where: str) -> str:
+def _checked_activation(activation: str, where: str, argument: str = "activation") -> str:
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"{where}: activation: expected one of {_ACTIVATIONS}, got {activation!r}")
+        raise ValueError(f"{where}: {argument}: expected one of {_ACTIVATIONS}, got {activation!r}")
     return activation
 
 
@@ -102,8 +102,13 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
 
 
 def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = None, *, activation: str = "none",
-                    scale: float = 1.0, dropout_p: float = 0.0, seed: Optional[Tensor] = None) -> Tensor:
-    """Differentiable ``dropout(activation(scale * sum_t (x @ S[t]) @ U[t] + bias))``.
+                    scale: float = 1.0, dropout_p: float = 0.0, seed: Optional[Tensor] = None,
+                    inner_activation: str = "none") -> Tensor:
+    """Differentiable ``dropout(activation(scale * sum_t σ(x @ S[t]) @ U[t] + bias))``.
+
+    σ is ``inner_activation`` (a CoLA-style bottleneck activation on the rank-wide
+    intermediate; identity by default). The backward keeps only the intermediate's input
+    x @ S and recomputes σ and σ' from it.
 
     ``seed`` is a 0-d int64 tensor (drawn with ``torch.randint`` when ``None``, so that it
     follows ``torch.manual_seed``); the backward regenerates the dropout mask from it.
@@ -121,6 +126,8 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
         Inverted-dropout probability in [0, 1].
     seed : Tensor, optional
         0-d int64 dropout seed.
+    inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}
+        σ on the (..., T·k) intermediate.
 
     Returns
     -------
@@ -130,7 +137,7 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     Raises
     ------
     ValueError
-        An unknown activation; shapes, scale, dropout_p or seed as
+        An unknown activation or inner activation; shapes, scale, dropout_p or seed as
         :func:`sketchcore.sketched_matmul` refuses them.
     TypeError
         As :func:`sketchcore.sketched_matmul` (dtypes, devices).
@@ -152,12 +159,14 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     ValueError: sketched_linear: activation: expected one of ('none', 'relu', 'gelu', 'gelu_tanh', 'silu'), got 'tanh'
     """
     _checked_activation(activation, "sketched_linear")
+    _checked_activation(inner_activation, "sketched_linear", "inner_activation")
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
         return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                                       _dropout_seed(seed, dropout_p))
+                                                       _dropout_seed(seed, dropout_p), inner_activation)
     if _eager.applies(x, S, U, bias):
         return _eager.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                      _eager_seed(seed, dropout_p))
+                                      _eager_seed(seed, dropout_p), inner_activation)
     seed = _dropout_seed(seed, dropout_p)
-    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed)
+    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed,
+                                                inner_activation)
     return y

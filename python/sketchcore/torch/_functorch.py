@@ -70,16 +70,19 @@ class SketchedLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                dropout_p: float, seed: Tensor) -> Tensor:
-        y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, scale, dropout_p, seed)
+                dropout_p: float, seed: Tensor, inner_activation: str = "none") -> Tensor:
+        y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, scale, dropout_p, seed,
+                                                    inner_activation)
         return y
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        x, S, U, bias, activation, scale, dropout_p, seed = inputs
+        x, S, U, bias, activation, scale, dropout_p, seed = inputs[:8]
         ctx.save_for_backward(x, S, U, bias, seed)
         ctx.save_for_forward(x, S, U, bias, seed)
         ctx.activation, ctx.scale, ctx.dropout_p = activation, scale, dropout_p
+        ctx.inner_activation = inputs[8] if len(inputs) > 8 else "none"
+        ctx.non_tensor_inputs = len(inputs) - 4
 
     @staticmethod
     def jvp(ctx: Any, x_t: Optional[Tensor], S_t: Optional[Tensor], U_t: Optional[Tensor], b_t: Optional[Tensor],
@@ -93,7 +96,7 @@ class SketchedLinearFunction(torch.autograd.Function):
         def forward(*tensors: Tensor) -> Tensor:
             x, S, U = tensors[:3]
             return _second_order.composite(x, S, U, tensors[3] if len(tensors) > 3 else None, ctx.activation,
-                                           ctx.scale, ctx.dropout_p, seed)
+                                           ctx.scale, ctx.dropout_p, seed, ctx.inner_activation)
 
         return torch.func.jvp(forward, tuple(primals), tuple(tangents))[1]
 
@@ -103,10 +106,11 @@ class SketchedLinearFunction(torch.autograd.Function):
         needs = list(ctx.needs_input_grad[:4])
 
         def forward(x: Tensor, S: Tensor, U: Tensor, b: Optional[Tensor]) -> Tensor:
-            return _second_order.composite(x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed)
+            return _second_order.composite(x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed,
+                                           ctx.inner_activation)
 
         # The differentiable composite: under a transform the backward may itself be transformed.
-        return (*_second_order.vjp((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
+        return (*_second_order.vjp((x, S, U, bias), needs, grad_y, forward), *(None,) * ctx.non_tensor_inputs)
 
 
 transforms_active = _private.functorch_active

@@ -17,9 +17,15 @@ from sketchcore.torch._modules import _positive_int, dense_copy
 
 
 class LowRankLinear(SketchedLayer):
-    """``y = dropout(activation(x S U + bias))``: a rank-``rank`` linear layer through
+    """``y = dropout(activation(σ(x S) U + bias))``: a rank-``rank`` linear layer through
     sketchcore's fused sketched GEMM (bias, activation and dropout in the epilogue, backward in
     the core; ``dropout`` is applied in training mode only, like ``nn.Dropout`` after the layer).
+
+    σ is ``inner_activation``, a bottleneck activation on the rank-wide intermediate (CoLA's
+    layers for pretraining: ``inner_activation="silu"``; identity by default), fused into the
+    core's first product; the backward keeps only the pre-activation x S and recomputes σ from
+    it. With an inner activation the layer is no longer linear: it cannot be converted from or
+    to ``nn.Linear`` (:meth:`from_linear`, :meth:`to_linear` and ``weight`` refuse).
 
     From scratch, S and U are drawn so that the output variance matches ``nn.Linear``'s
     (S uniform in ±1/√in, U uniform in ±√(3/rank)); :meth:`from_linear` converts a trained
@@ -39,18 +45,22 @@ class LowRankLinear(SketchedLayer):
         Of the parameters.
     dropout : float
         Inverted-dropout probability in [0, 1].
+    inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
+        σ on the intermediate x S; None means ``"none"``.
 
     Raises
     ------
     ValueError
-        A size that is not an integer ≥ 1, an unknown ``activation``, ``dropout`` not a number
-        in [0, 1].
+        A size that is not an integer ≥ 1, an unknown ``activation`` or ``inner_activation``,
+        ``dropout`` not a number in [0, 1].
 
     Examples
     --------
     >>> layer = LowRankLinear(64, 32, rank=4)
     >>> layer(torch.randn(5, 64)).shape, layer.S.shape, layer.U.shape
     (torch.Size([5, 32]), torch.Size([64, 4]), torch.Size([4, 32]))
+    >>> LowRankLinear(64, 32, rank=16, inner_activation="silu")
+    LowRankLinear(in_features=64, out_features=32, rank=16, bias=True, activation='none', inner_activation='silu')
     >>> LowRankLinear(64, 32, rank=4, dropout=2)
     Traceback (most recent call last):
     ValueError: LowRankLinear: dropout: expected a probability in [0, 1], got 2
@@ -58,7 +68,7 @@ class LowRankLinear(SketchedLayer):
 
     def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
                  activation: Optional[str] = None, dtype: Optional[torch.dtype] = None,
-                 device: Any = None, dropout: float = 0.0) -> None:
+                 device: Any = None, dropout: float = 0.0, inner_activation: Optional[str] = None) -> None:
         super().__init__()
         self.in_features = _positive_int(in_features, "in_features", "LowRankLinear")
         self.out_features = _positive_int(out_features, "out_features", "LowRankLinear")
@@ -66,6 +76,10 @@ class LowRankLinear(SketchedLayer):
         self.activation = activation or "none"
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"LowRankLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
+        self.inner_activation = inner_activation or "none"
+        if self.inner_activation not in _ACTIVATIONS:
+            raise ValueError(f"LowRankLinear: inner_activation: expected one of {_ACTIVATIONS} or None, "
+                             f"got {inner_activation!r}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
             raise ValueError(f"LowRankLinear: dropout: expected a probability in [0, 1], got {dropout!r}")
         self.dropout = float(dropout)
@@ -167,7 +181,14 @@ class LowRankLinear(SketchedLayer):
         Traceback (most recent call last):
         AttributeError: LowRankLinear.weight: expected no assignment ...
         """
+        self._require_linear("weight")
         return self._derived_weight()
+
+    def _require_linear(self, what: str) -> None:
+        """Refuses the dense views of a layer that is not a linear map (an inner activation)."""
+        if self.inner_activation != "none":
+            raise ValueError(f"LowRankLinear.{what}: expected a linear layer (inner_activation 'none'), got "
+                             f"inner_activation={self.inner_activation!r}: σ(x S) U has no dense weight")
 
     def _dense_weight(self) -> Tensor:
         return self.U.t() @ self.S.t()
@@ -197,6 +218,7 @@ class LowRankLinear(SketchedLayer):
         >>> torch.allclose(layer.to_linear()(x), layer(x), atol=1e-5)
         True
         """
+        self._require_linear("to_linear")
         return dense_copy(self, self.S)
 
     @torch.jit.unused
@@ -208,10 +230,12 @@ class LowRankLinear(SketchedLayer):
         S, U, bias = params["S"], params["U"], params["bias"]
         p = self.dropout if self.training else 0.0
         if _eager.applies(x, S, U, bias):
-            return _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p))
+            return _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p),
+                                          self.inner_activation)
         if not _functorch.transforms_active():
             return None
-        return sketched_linear(x, S, U, bias, activation=self.activation, dropout_p=p)
+        return sketched_linear(x, S, U, bias, activation=self.activation, dropout_p=p,
+                               inner_activation=self.inner_activation)
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
@@ -220,7 +244,7 @@ class LowRankLinear(SketchedLayer):
                 return direct
         p = self.dropout if self.training else 0.0
         y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, p,
-                                                    _dropout_seed(None, p))
+                                                    _dropout_seed(None, p), self.inner_activation)
         return y
 
     def layer_config(self) -> dict[str, Any]:
@@ -241,13 +265,14 @@ class LowRankLinear(SketchedLayer):
         --------
         >>> LowRankLinear(64, 32, rank=4).layer_config()  # doctest: +NORMALIZE_WHITESPACE
         {'sketchcore': 'LowRankLinear', 'in_features': 64, 'out_features': 32, 'rank': 4,
-         'bias': True, 'activation': 'none', 'dropout': 0.0}
+         'bias': True, 'activation': 'none', 'dropout': 0.0, 'inner_activation': 'none'}
         """
         return {"sketchcore": "LowRankLinear", "in_features": self.in_features, "out_features": self.out_features,
                 "rank": self.rank, "bias": self.bias is not None, "activation": self.activation,
-                "dropout": self.dropout}
+                "dropout": self.dropout, "inner_activation": self.inner_activation}
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}, "
                 f"bias={self.bias is not None}, activation={self.activation!r}"
-                + (f", dropout={self.dropout}" if self.dropout else ""))
+                + (f", dropout={self.dropout}" if self.dropout else "")
+                + (f", inner_activation={self.inner_activation!r}" if self.inner_activation != "none" else ""))

@@ -230,6 +230,8 @@ class SKLinear(SketchedLayer):
 
     def _apply(self, fn, *args, **kwargs):
         result = super()._apply(fn, *args, **kwargs)
+        if any(type(t) not in (Tensor, nn.Parameter) for t in (self.S1s, self.S2s, self.U1s, self.U2s)):
+            return result  # sharded (DTensor) factors, split by tensor parallelism: nothing to pack
         if _joined_in_place(self.S1s, self.U2s) and _joined_in_place(self.U1s, self.S2s):
             return result  # in-place moves such as share_memory_() keep the layout
         self._pack_factors()

@@ -17,13 +17,15 @@ def _seed_value(seed: Tensor, dropout_p: float) -> Optional[int]:
 
 
 def _run_forward(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-                 dropout_p: float, seed: Tensor) -> tuple[Tensor, Tensor]:
-    """y and the saved intermediate Z = x·[S_1 … S_T], allocated by torch, written by the core."""
+                 dropout_p: float, seed: Tensor, inner_activation: str = "none") -> tuple[Tensor, Tensor]:
+    """y and the saved intermediate Z = x·[S_1 … S_T] (before the inner activation), allocated
+    by torch, written by the core."""
     y = x.new_empty((*x.shape[:-1], U.shape[-1]))
     z = x.new_empty((*x.shape[:-1], _inner_width(S)))
     sketchcore.sketched_matmul(x.detach(), S.detach(), U.detach(), bias=None if bias is None else bias.detach(),
                                activation=activation, scale=scale, dropout_p=dropout_p,
-                               seed=_seed_value(seed, dropout_p), out=y, intermediate=z)
+                               seed=_seed_value(seed, dropout_p), out=y, intermediate=z,
+                               inner_activation=inner_activation)
     return y, z
 
 
@@ -36,11 +38,12 @@ def _fake_forward(x: Tensor, U: Tensor, width: int) -> tuple[Tensor, Tensor]:
 
 
 def _run_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor], activation: str,
-                  scale: float, dropout_p: float, seed: Tensor, names: list[str], S_terms=None, U_terms=None):
+                  scale: float, dropout_p: float, seed: Tensor, names: list[str], S_terms=None, U_terms=None,
+                  inner_activation: str = "none"):
     return sketchcore.sketched_matmul_backward(
         grad.detach(), x.detach(), S.detach(), U.detach(), z.detach(), bias=None if bias is None else bias.detach(),
         activation=activation, scale=scale, dropout_p=dropout_p, seed=_seed_value(seed, dropout_p), needs=names,
-        S_terms=S_terms, U_terms=U_terms)
+        S_terms=S_terms, U_terms=U_terms, inner_activation=inner_activation)
 
 
 def _fake_gradients(x: Tensor, shapes, needs: list[bool], has_bias: bool) -> tuple[Tensor, ...]:
@@ -56,29 +59,33 @@ def _or_empty(grad: Optional[Tensor], like: Tensor) -> Tensor:
     return grad if grad is not None else like.new_empty(0)
 
 
-# --- the general operator: y = dropout(act(scale · Σ_t (x S_t) U_t + bias)) -------------------------------
+# --- the general operator: y = dropout(act(scale · Σ_t σ(x S_t) U_t + bias)) -----------------------------
+# σ is the optional inner activation (the last argument, "none" by default): CoLA-style
+# bottleneck layers. Z, the second output saved for the backward, is its input x·[S_1 … S_T].
 
 _sketched_linear = torch.library.custom_op("sketchcore::sketched_linear", mutates_args=())(_run_forward)
 
 
 @_sketched_linear.register_fake
-def _(x, S, U, bias, activation, scale, dropout_p, seed):
+def _(x, S, U, bias, activation, scale, dropout_p, seed, inner_activation="none"):
     return _fake_forward(x, U, _inner_width(S))
 
 
 def sketched_linear_backward(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor],
                              activation: str, scale: float, dropout_p: float, seed: Tensor,
-                             needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                             needs: list[bool], inner_activation: str = "none") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The body of ``sketchcore::sketched_linear_backward`` (called directly by _eager)."""
-    grads = _gradients(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs)
+    grads = _gradients(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs, inner_activation)
     return tuple(_or_empty(g, x) for g in grads)
 
 
 def _gradients(grad: Tensor, x: Tensor, S: Tensor, U: Tensor, z: Tensor, bias: Optional[Tensor], activation: str,
-               scale: float, dropout_p: float, seed: Tensor, needs: list[bool]) -> tuple[Optional[Tensor], ...]:
+               scale: float, dropout_p: float, seed: Tensor, needs: list[bool],
+               inner_activation: str = "none") -> tuple[Optional[Tensor], ...]:
     """(dx, dS, dU, dbias), None where not requested."""
     names = [n for n, wanted in zip(("x", "S", "U", "bias"), needs) if wanted and (n != "bias" or bias is not None)]
-    return _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names)
+    return _run_backward(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, names,
+                         inner_activation=inner_activation)
 
 
 _sketched_linear_backward = torch.library.custom_op("sketchcore::sketched_linear_backward",
@@ -86,31 +93,34 @@ _sketched_linear_backward = torch.library.custom_op("sketchcore::sketched_linear
 
 
 @_sketched_linear_backward.register_fake
-def _(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs):
+def _(grad, x, S, U, z, bias, activation, scale, dropout_p, seed, needs, inner_activation="none"):
     return _fake_gradients(x, (x.shape, S.shape, U.shape, (U.shape[-1],)), needs, bias is not None)
 
 
 def _setup_context(ctx, inputs, output):
-    x, S, U, bias, activation, scale, dropout_p, seed = inputs
+    x, S, U, bias, activation, scale, dropout_p, seed = inputs[:8]
     ctx.save_for_backward(x, S, U, bias, output[1], seed)
     ctx.activation, ctx.scale, ctx.dropout_p = activation, scale, dropout_p
+    ctx.inner_activation = inputs[8] if len(inputs) > 8 else "none"
+    ctx.non_tensor_inputs = len(inputs) - 4  # activation … seed (and inner_activation): no gradient
 
 
 def _backward(ctx, grad_y, grad_z, direct: bool = False):
     """The gradients; `direct` calls the backward's body instead of the operator (_eager)."""
     x, S, U, bias, z, seed = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:4])
+    rest = (None,) * ctx.non_tensor_inputs
     if torch.is_grad_enabled():  # the backward is being recorded (create_graph=True): second order
         forward = lambda x, S, U, b: _second_order.composite(  # noqa: E731
-            x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed)
-        return (*_second_order.gradients((x, S, U, bias), needs, grad_y, forward), None, None, None, None)
+            x, S, U, b, ctx.activation, ctx.scale, ctx.dropout_p, seed, ctx.inner_activation)
+        return (*_second_order.gradients((x, S, U, bias), needs, grad_y, forward), *rest)
     if direct:
-        return (*_gradients(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs),
-                None, None, None, None)
+        return (*_gradients(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale, ctx.dropout_p, seed, needs,
+                            ctx.inner_activation), *rest)
     dx, dS, dU, db = torch.ops.sketchcore.sketched_linear_backward(grad_y, x, S, U, z, bias, ctx.activation, ctx.scale,
-                                                                   ctx.dropout_p, seed, needs)
+                                                                   ctx.dropout_p, seed, needs, ctx.inner_activation)
     pick = [g if wanted else None for g, wanted in zip((dx, dS, dU, db), needs)]
-    return (*pick, None, None, None, None)
+    return (*pick, *rest)
 
 
 torch.library.register_autograd("sketchcore::sketched_linear", _backward, setup_context=_setup_context)

@@ -27,6 +27,8 @@ class LayerReport:
     original : nn.Module, optional
     reason : str
     output_error : float, optional
+    inner_activation : str
+        The new LowRankLinear's bottleneck activation ("none" for a linear layer).
 
     Raises
     ------
@@ -65,6 +67,8 @@ class LayerReport:
     #: bias, copied exactly, left out); for attention and convolutions, the measured output
     #: against the original module's on the same inputs
     output_error: Optional[float] = None
+    #: σ of a LowRankLinear(inner_activation=...) built for pretraining; "none" otherwise
+    inner_activation: str = "none"
 
 
 class ConversionReport(Mapping[str, LayerReport]):
@@ -167,7 +171,8 @@ class ConversionReport(Mapping[str, LayerReport]):
         for r in rows:
             shape = f"{r.in_features}→{r.out_features}"
             name = r.name if len(r.name) <= 34 else "…" + r.name[-33:]
-            lines.append(f"{name:<34} {r.kind:<22} {shape:>11} {r.rank:>5} "
+            kind = r.kind if r.inner_activation == "none" else f"{r.kind}(σ={r.inner_activation})"
+            lines.append(f"{name:<34} {kind:<22} {shape:>11} {r.rank:>5} "
                          f"{r.params_before:>9,}→{r.params_after:<9,} "
                          f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {self._error_text(r):>10}"
                          + (f"  ({r.reason})" if r.reason else ""))

@@ -33,11 +33,12 @@ def _dropout_scale(x: Tensor, d_out: int, dropout_p: float, seed: Tensor) -> Opt
 
 
 def composite(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
-              dropout_p: float, seed: Tensor) -> Tensor:
-    """``dropout(act(scale · Σ_t (x S_t) U_t + bias))`` in differentiable torch ops."""
+              dropout_p: float, seed: Tensor, inner_activation: str = "none") -> Tensor:
+    """``dropout(act(scale · Σ_t σ(x S_t) U_t + bias))`` in differentiable torch ops (σ: the
+    inner activation)."""
     Sp = S if S.dim() == 2 else S.permute(1, 0, 2).reshape(S.shape[1], -1)  # [S_1 … S_T]
     Up = U if U.dim() == 2 else U.reshape(-1, U.shape[-1])                   # [U_1; …; U_T]
-    y = (x @ Sp) @ Up * scale
+    y = _ACTIVATIONS[inner_activation](x @ Sp) @ Up * scale
     if bias is not None:
         y = y + bias
     y = _ACTIVATIONS[activation](y)

@@ -11,6 +11,7 @@
 
 #include "cpu/epilogue_kernels.hpp"
 #include "detail/activations.hpp"
+#include "detail/parallel.hpp"
 #include "detail/philox.hpp"
 #include "detail/scratch.hpp"
 
@@ -107,6 +108,58 @@ void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t
     if (a.dropout.enabled) dropout_row(row, cols, static_cast<std::uint64_t>(first_row + r), a.dropout);
   }
 }
+
+namespace {
+
+/// Rows per worker task: about 32k elements, so that small blocks stay on one thread.
+std::int64_t grain_rows(std::int64_t cols) { return std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(cols, 1)); }
+
+}  // namespace
+
+template <class T>
+void inner_activation_forward(Activation sigma, const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst,
+                              std::int64_t rows, std::int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  parallel_for(rows, grain_rows(cols), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      T* out = dst + i * ld_dst;
+      if (out != src + i * ld_src) std::copy(src + i * ld_src, src + i * ld_src + cols, out);
+      if constexpr (std::is_same_v<T, float>) {
+        activation_forward_f32(sigma, out, nullptr, cols);
+      } else {
+        visit_activation(sigma, [&](auto act, auto) { forward_row(out, nullptr, cols, act); });
+      }
+    }
+  });
+}
+
+template <class T>
+void inner_activation_backward(Activation sigma, const T* z, std::int64_t ld_z, T* g, std::int64_t ld_g,
+                               std::int64_t rows, std::int64_t cols) {
+  if (rows == 0 || cols == 0 || sigma == Activation::none) return;
+  parallel_for(rows, grain_rows(cols), [&](std::int64_t b, std::int64_t e) {
+    Scratch<T> row(cols);  // σ′ is evaluated over a copy of z's row: the kernels work in place
+    for (std::int64_t i = b; i < e; ++i) {
+      T* gi = g + i * ld_g;
+      std::copy(z + i * ld_z, z + i * ld_z + cols, row.data());
+      if constexpr (std::is_same_v<T, float>) {
+        activation_backward_f32(sigma, gi, row.data(), nullptr, cols);
+      } else {
+        visit_activation(sigma, [&](auto, auto grad) { backward_row(gi, row.data(), nullptr, cols, grad); });
+      }
+      std::copy(row.data(), row.data() + cols, gi);
+    }
+  });
+}
+
+template void inner_activation_forward<float>(Activation, const float*, std::int64_t, float*, std::int64_t,
+                                              std::int64_t, std::int64_t);
+template void inner_activation_forward<double>(Activation, const double*, std::int64_t, double*, std::int64_t,
+                                               std::int64_t, std::int64_t);
+template void inner_activation_backward<float>(Activation, const float*, std::int64_t, float*, std::int64_t,
+                                               std::int64_t, std::int64_t);
+template void inner_activation_backward<double>(Activation, const double*, std::int64_t, double*, std::int64_t,
+                                                std::int64_t, std::int64_t);
 
 template void apply_epilogue<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                     const EpilogueArgs<float>&);

@@ -1,6 +1,7 @@
-// CPU backend of the sketched GEMM's backward: with G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H),
-// H = scale·Z·Up + bias recomputed where an activation needs it,
-//   dUp = scale·Zᵀ·G,  dSp = scale·Xᵀ·(G·Upᵀ),  dX = scale·(G·Upᵀ)·Spᵀ,  dbias = Σ_rows G,
+// CPU backend of the sketched GEMM's backward: with A = σ(Z) recomputed from the saved Z for
+// an inner activation (else A = Z), G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H), H = scale·A·Up + bias
+// recomputed where an activation needs it, and D = (G·Upᵀ) ⊙ σ′(Z) (D = G·Upᵀ without σ),
+//   dUp = scale·Aᵀ·G,  dSp = scale·Xᵀ·D,  dX = scale·D·Spᵀ,  dbias = Σ_rows G,
 // over chunks of rows, the factors' gradients accumulating across the chunks (the math:
 // DESIGN.md). 16-bit x, dL/dy, Z and dx are widened or rounded chunk by chunk.
 #include <algorithm>
@@ -95,7 +96,8 @@ class BackwardExecutor {
       if (auto o = operand_in_place<T>(*g_.x); o && !o->transposed) dx_in_place_ = o;
     }
     needs_h_ = p_.epilogue.activation != Activation::none;
-    const bool transform = needs_h_ || epilogue_.dropout.enabled;
+    inner_ = p_.epilogue.inner_activation != Activation::none;
+    const bool transform = needs_h_ || epilogue_.dropout.enabled || inner_;
     // Rows per chunk: the chunk's G (n × d_out) within the staging budget, and its staged x or
     // dx rows (n × d_in) too when they cannot be used in place (16-bit, or strided).
     const bool stages_x = (g_.S && !x_in_place_) || (g_.x && !dx_in_place_);
@@ -180,10 +182,17 @@ class BackwardExecutor {
       gather_rows_parallel<T>(p_.out, begin, end, dy_staged.allocate(n * d_out));
       dy = dy_staged.data();
     }
+    // A = σ(Z), recomputed from the saved pre-activation Z (A = Z without an inner activation).
+    Scratch<T> activated;
+    MatrixOperand<T> ac = zc;
+    if (inner_) {
+      inner_activation_forward<T>(p_.epilogue.inner_activation, zc.data, ldz_, activated.allocate(n * r_), r_, n, r_);
+      ac = {activated.data(), false, r_};
+    }
     MatrixOperand<T> gc{dy, false, ld_dy};  // G for this chunk (n × d_out)
     if (needs_h_ || epilogue_.dropout.enabled) {
       T* g = g_buffer.allocate(n * d_out);
-      if (needs_h_) gemm<T>(n, d_out, r_, scale_, zc, up_, g, d_out);  // H without the bias
+      if (needs_h_) gemm<T>(n, d_out, r_, scale_, ac, up_, g, d_out);  // H without the bias
       const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / d_out);
       parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
         apply_epilogue_backward<T>(dy + b * ld_dy, ld_dy, g + b * d_out, d_out, e - b, d_out, begin + b, epilogue_);
@@ -192,10 +201,15 @@ class BackwardExecutor {
     }
     if (g_.bias) gemm<T>(1, d_out, n, T(1), {ones_.data(), false, n}, gc, dbias_.data(), d_out, beta);
     if (g_.U && u_width_ > 0) {
-      gemm<T>(u_width_, d_out, n, scale_, transposed(MatrixOperand<T>{zc.data + u_first_, false, ldz_}), gc, du_, ld_du_,
-              beta);
+      gemm<T>(u_width_, d_out, n, scale_, transposed(MatrixOperand<T>{ac.data + u_first_, false, ac.ld}), gc, du_,
+              ld_du_, beta);
     }
-    if (gup && gu_width_ > 0) gemm<T>(n, gu_width_, d_out, T(1), gc, transposed(rows_from<T>(up_, gu_first_)), gup, gu_width_);
+    if (gup && gu_width_ > 0) {
+      gemm<T>(n, gu_width_, d_out, T(1), gc, transposed(rows_from<T>(up_, gu_first_)), gup, gu_width_);
+      // (G·Upᵀ) ⊙ σ′(Z) on the columns kept: dSp and dx then follow as without σ.
+      if (inner_) inner_activation_backward<T>(p_.epilogue.inner_activation, zc.data + gu_first_, ldz_, gup, gu_width_,
+                                               n, gu_width_);
+    }
   }
 
   /// dSp += scale · X[begin, end)ᵀ · (G·Upᵀ)[:, S's columns].
@@ -284,7 +298,7 @@ class BackwardExecutor {
   // Set by prepare() for the chunks.
   Scratch<T> s_scratch_, u_scratch_, dsp_, dup_, dbias_, ones_;
   MatrixOperand<T> sp_{nullptr, false, 1}, up_{nullptr, false, 1};
-  bool half_z_ = false, needs_h_ = false;
+  bool half_z_ = false, needs_h_ = false, inner_ = false;  // inner_: σ on the intermediate
   std::int64_t ldz_ = 1, chunk_ = 1;
   const T* z_base_ = nullptr;
   std::optional<MatrixOperand<T>> x_in_place_, dy_in_place_, dx_in_place_, du_direct_, ds_direct_;

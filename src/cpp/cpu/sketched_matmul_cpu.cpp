@@ -3,7 +3,8 @@
 //
 // Rows are processed in chunks, one after the other: for each chunk the two GEMMs run on
 // BLAS's threads, then sketchcore's workers apply the epilogue (bias, activation,
-// dropout) to that chunk in one pass. Chunks bound every temporary (Z = X·Sp and, when an
+// dropout) to that chunk in one pass. An inner activation σ (bottleneck layers) is the first
+// GEMM's epilogue: applied to the chunk of Z between the two GEMMs, while it is in cache. Chunks bound every temporary (Z = X·Sp and, when an
 // operand cannot be used in place, the gathered rows of x or the rows of out) by a fixed
 // budget, independent of the batch size; every temporary comes from
 // host_memory_resource() (detail/scratch.hpp).
@@ -133,8 +134,10 @@ class Executor {
     } else {
       if (!zp) zp = z.allocate(n * r_);
       first_product(begin, end, zp, ldz);
-      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), MatrixOperand<T>{zp, false, ldz}, u_, y, ldy);
       if (half_intermediate_) scatter_rows<T>(zp, ldz, *p_.intermediate, begin, end);  // Z rounded once
+      Scratch<T> activated;
+      const MatrixOperand<T> a = inner_activation(zp, ldz, n, activated);
+      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), a, u_, y, ldy);
     }
     // The epilogue (and the copy into a strided out) in one parallel pass over the chunk.
     if (epilogue_.active() || !out_in_place_) {
@@ -144,6 +147,19 @@ class Executor {
         if (!out_in_place_) scatter_rows<T>(y + b * ldy, ldy, p_.out, begin + b, begin + e);
       });
     }
+  }
+
+  /// The second product's left operand for a chunk of Z: Z itself, or σ(Z) for an inner
+  /// activation — computed in place while the chunk is still in cache, except where Z is the
+  /// caller's intermediate (saved pre-activation for the backward), then into `room`.
+  MatrixOperand<T> inner_activation(T* zp, std::int64_t ldz, std::int64_t n, Scratch<T>& room) const {
+    const Activation sigma = p_.epilogue.inner_activation;
+    if (sigma == Activation::none) return {zp, false, ldz};
+    const bool z_is_saved = p_.intermediate && !half_intermediate_;
+    T* dst = z_is_saved ? room.allocate(n * r_) : zp;
+    const std::int64_t ld = z_is_saved ? r_ : ldz;
+    inner_activation_forward<T>(sigma, zp, ldz, dst, ld, n, r_);
+    return {dst, false, ld};
   }
 
   /// Z (rows [begin, end), leading dimension ldz) = X·Sp: the native bfloat16 GEMM on x in

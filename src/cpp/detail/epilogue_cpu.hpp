@@ -23,4 +23,15 @@ template <class T>
 void apply_epilogue_backward(const T* dy, std::int64_t ld_dy, T* g, std::int64_t ld, std::int64_t rows,
                              std::int64_t cols, std::int64_t first_row, const EpilogueArgs<T>& args);
 
+/// The inner activation of a bottleneck layer over a rows × cols block on sketchcore's workers:
+/// dst = σ(src) (each with its leading dimension; dst may be src, in place).
+template <class T>
+void inner_activation_forward(Activation sigma, const T* src, std::int64_t ld_src, T* dst, std::int64_t ld_dst,
+                              std::int64_t rows, std::int64_t cols);
+
+/// Its backward over a rows × cols block on sketchcore's workers, in place: g = g ⊙ σ′(z).
+template <class T>
+void inner_activation_backward(Activation sigma, const T* z, std::int64_t ld_z, T* g, std::int64_t ld_g,
+                               std::int64_t rows, std::int64_t cols);
+
 }  // namespace sketchcore::detail

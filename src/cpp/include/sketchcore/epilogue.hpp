@@ -43,12 +43,18 @@ SKETCHCORE_API Activation parse_activation(std::string_view name);
 ///   dropped ⇔ word < round(p · 2^32).
 /// The mask is therefore the same for any thread count, panel size or device, and a
 /// backward pass regenerates it from the seed instead of storing it.
+///
+/// `inner_activation` σ (CoLA-style bottleneck layers) acts on the intermediate instead:
+/// `y = dropout(activation(scale · Σ_t σ(x·S_t)·U_t + bias))`. It is the first product's
+/// epilogue on the rows × T·k intermediate; the intermediate a forward saves for the backward
+/// is the pre-activation Z = x·[S_1 … S_T], from which the backward recomputes σ(Z) and σ′(Z).
 struct Epilogue {
   double scale = 1.0;               ///< multiplies the product (folded into the GEMM)
   std::optional<TensorView> bias;   ///< 1-D, length d_out, any stride; none = no bias
   Activation activation = Activation::none;  ///< applied after scale and bias
   double dropout_p = 0.0;           ///< probability of dropping an element, in [0, 1]
   std::uint64_t seed = 0;           ///< dropout seed
+  Activation inner_activation = Activation::none;  ///< σ on the intermediate x·S (none: linear)
 };
 
 }  // namespace sketchcore

@@ -26,8 +26,10 @@ SKETCHCORE_API std::vector<std::int64_t> sketched_matmul_output_shape(const Tens
                                                                       const TensorView& S,
                                                                       const TensorView& U);
 
-/// Computes `out = act(scale · Σ_t (x·S_t)·U_t + bias)` as one pair of GEMMs:
-/// `Σ_t (x·S_t)·U_t = x · [S_1 … S_T] · [U_1; …; U_T]` (inner width r = T·k).
+/// Computes `out = act(scale · Σ_t σ(x·S_t)·U_t + bias)` as one pair of GEMMs:
+/// `Σ_t σ(x·S_t)·U_t = σ(x · [S_1 … S_T]) · [U_1; …; U_T]` (inner width r = T·k), where σ is
+/// `epilogue.inner_activation` (identity by default), applied to each chunk of the intermediate
+/// right after the first GEMM.
 ///
 /// Layouts: any strides are accepted. Matrices whose rows (or columns) have unit stride
 /// and whose leading dimensions of `x`/`out` collapse into one row stride are used in
@@ -47,7 +49,8 @@ SKETCHCORE_API std::vector<std::int64_t> sketched_matmul_output_shape(const Tens
 SKETCHCORE_API void sketched_matmul(const TensorView& x, const TensorView& S, const TensorView& U,
                                     const TensorView& out, const Epilogue& epilogue = {});
 
-/// As sketched_matmul, and also writes the intermediate Z = x · [S_1 … S_T] into
+/// As sketched_matmul, and also writes the intermediate Z = x · [S_1 … S_T] (before the inner
+/// activation: the backward recomputes σ(Z) and σ′(Z) from it) into
 /// `intermediate` (shape x.shape[:-1] + (T·k,), row-major rows: unit last stride and
 /// leading dimensions that collapse), which sketched_matmul_backward reuses.
 /// @throws shape_error for a wrong or non-row-major `intermediate`, as sketched_matmul otherwise
@@ -77,12 +80,13 @@ struct SketchedMatmulGradients {
   TermRange U_terms;               ///< terms whose dU is computed (default: all)
 };
 
-/// Backward of y = dropout(act(scale · Z·Up + bias)), Z = x·Sp, given dL/dy:
-///   H = scale·Z·Up + bias (recomputed from the saved Z, one GEMM, only when the
-///   activation needs it), G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H) with the dropout mask
-///   regenerated from epilogue.seed, then dbias = Σ_rows G, dUp = scale·Zᵀ·G,
-///   dSp = scale·xᵀ·(G·Upᵀ), dx = scale·(G·Upᵀ)·Spᵀ — only the requested ones, in row
-///   chunks with pooled temporaries. `intermediate` is the Z written by the forward.
+/// Backward of y = dropout(act(scale · σ(Z)·Up + bias)), Z = x·Sp, given dL/dy, with
+/// A = σ(Z) recomputed from the saved Z (A = Z without an inner activation):
+///   H = scale·A·Up + bias (recomputed, one GEMM, only when the activation needs it),
+///   G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H) with the dropout mask regenerated from
+///   epilogue.seed, D = scale·(G·Upᵀ) ⊙ σ′(Z), then dbias = Σ_rows G, dUp = scale·Aᵀ·G,
+///   dSp = xᵀ·D, dx = D·Spᵀ — only the requested ones, in row chunks with pooled
+///   temporaries. `intermediate` is the Z written by the forward.
 /// Derivatives at the kinks follow PyTorch: relu′(0) = 0.
 /// @throws shape_error  for operands whose shapes do not fit
 /// @throws dtype_error  for operands whose dtypes do not fit

@@ -1,0 +1,204 @@
+"""Time to quality of low-rank pretraining (issue 47): a LLaMA-style model trained from scratch on
+real text, dense against CoLA (sketchcore's fused layers and the same model in plain torch),
+plain low rank and Panther's SKLinear.
+
+    python bench/pretrain.py --preset {quick,cpu,gpu} [--rows dense,cola_sketchcore,...]
+                             [--lr 3e-3 ...] [--out bench/results/PREFIX]
+
+Text: the Python standard library's sources as bytes (bench/pretrain_data.py; the files, their
+size and a SHA-256 go into the results). Models: bench/pretrain_models.py. Every row starts from
+the same seed and sees the same batches.
+
+Per row: training tokens/s, peak memory of training, the validation loss at equal tokens (every
+row trains ``steps`` steps) and at equal wall-clock (each non-dense row trains again with as many
+steps as fit in the dense row's training time, at its own measured step time, with the schedule
+stretched to them, as CoLA's paper compares), the loss-versus-time curve (a PNG), and the ratios
+to dense (and CoLA through sketchcore against its plain-torch peer). The recipe: AdamW (β = 0.9,
+0.95, no weight decay), linear warm-up over 10 % of the steps, cosine decay to 10 % of the peak
+learning rate, gradient clipping at 1; ``--lr`` with several values repeats the rows per rate
+(the sensitivity).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meters import PeakMemory  # noqa: E402
+from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
+from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # CI: seconds.
+    "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 64, "batch": 4, "steps": 6,
+              "eval_every": 3, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu"},
+    # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 1.02M tokens per row.
+    "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 500,
+            "eval_every": 50, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu"},
+    # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 49M tokens per row.
+    "gpu": {"hidden": 768, "intermediate": 2048, "layers": 12, "heads": 12, "length": 512, "batch": 32,
+            "steps": 3000, "eval_every": 250, "val_batches": 16, "corpus_bytes": 64_000_000, "lr": 3e-3,
+            "device": "cuda"},
+}
+SEED = 1234
+
+
+def learning_rate(step: int, steps: int, peak: float) -> float:
+    """Linear warm-up over 10 % of the steps, then cosine to 10 % of the peak."""
+    warmup = max(1, steps // 10)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _autocast(device: torch.device) -> Any:
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu",
+                                                                                                     enabled=False)
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, held_out: list[torch.Tensor], device: torch.device) -> float:
+    model.eval()
+    with _autocast(device):
+        losses = [model(input_ids=b.to(device), labels=b.to(device)).loss.item() for b in held_out]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, held_out: list[torch.Tensor],
+          eval_every: int) -> dict[str, Any]:
+    """Trains one row for `steps` steps: its curve (step, tokens, training seconds, validation
+    loss), tokens/s (the first step, with its one-time costs, left out) and peak memory."""
+    device = torch.device(preset["device"])
+    model = build(row, preset, SEED).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(SEED)
+    tokens_per_step = preset["batch"] * preset["length"]
+    meter = PeakMemory(device)
+    meter.start(model)
+    curve = [{"step": 0, "tokens": 0, "seconds": 0.0, "val_loss": validation_loss(model, held_out, device)}]
+    elapsed, first_step = 0.0, 0.0
+    for step in range(steps):
+        batch = batches(corpus.train, preset["batch"], preset["length"], generator).to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, steps, lr)
+        _sync(device)
+        start = time.perf_counter()
+        with _autocast(device):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        took = time.perf_counter() - start
+        elapsed += took
+        if step == 0:
+            first_step = took
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step, "seconds": elapsed,
+                          "val_loss": validation_loss(model, held_out, device), "train_loss": loss.item()})
+    timed_steps = max(1, steps - 1)
+    return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
+            "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
+            "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
+            "peak_memory_mib": meter.peak(), "final_val_loss": curve[-1]["val_loss"], "curve": curve}
+
+
+def run(preset_name: str, rows: list[str], lrs: list[float], equal_time: bool) -> dict[str, Any]:
+    preset = PRESETS[preset_name]
+    corpus = load_corpus(preset["corpus_bytes"])
+    held_out = validation_batches(corpus.validation, preset["batch"], preset["length"], preset["val_batches"])
+    results: dict[str, Any] = {"preset": preset_name, "config": preset, "corpus": corpus.description,
+                               "machine": _machine(preset["device"]), "torch": torch.__version__,
+                               "threads": torch.get_num_threads(), "runs": []}
+    for lr in lrs:
+        tokens = {row: train(row, preset, preset["steps"], lr, corpus, held_out, preset["eval_every"]) for row in rows}
+        entry: dict[str, Any] = {"lr": lr, "equal_tokens": tokens, "equal_time": {}}
+        if equal_time and "dense" in tokens:
+            budget = tokens["dense"]["step_seconds"] * preset["steps"]
+            for row in rows:
+                if row == "dense":
+                    continue
+                steps = max(1, round(budget / tokens[row]["step_seconds"]))
+                entry["equal_time"][row] = train(row, preset, steps, lr, corpus, held_out, max(1, steps // 10))
+        entry["ratios"] = ratios(entry)
+        results["runs"].append(entry)
+    return results
+
+
+def ratios(entry: dict[str, Any]) -> dict[str, Any]:
+    """Each row against dense, and CoLA through sketchcore against its plain-torch peer."""
+    tokens, timed = entry["equal_tokens"], entry["equal_time"]
+    out: dict[str, Any] = {}
+    dense = tokens.get("dense")
+    for row, r in tokens.items():
+        line: dict[str, float] = {}
+        if dense is not None:
+            line["tokens_per_s_vs_dense"] = r["tokens_per_s"] / dense["tokens_per_s"]
+            line["peak_memory_vs_dense"] = r["peak_memory_mib"] / dense["peak_memory_mib"]
+            line["val_loss_equal_tokens_vs_dense"] = r["final_val_loss"] / dense["final_val_loss"]
+            if row in timed:
+                line["val_loss_equal_time_vs_dense"] = timed[row]["final_val_loss"] / dense["final_val_loss"]
+        out[row] = line
+    if "cola_sketchcore" in tokens and "cola_torch" in tokens:
+        ours, peer = tokens["cola_sketchcore"], tokens["cola_torch"]
+        out["cola_sketchcore_vs_cola_torch"] = {"tokens_per_s": ours["tokens_per_s"] / peer["tokens_per_s"],
+                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"]}
+    return out
+
+
+def _machine(device: str) -> str:
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    return f"{model} ({platform.machine()}, load average {' '.join(load)} at the end)"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
+    parser.add_argument("--lr", type=float, nargs="+", default=None, help="peak learning rate(s)")
+    parser.add_argument("--steps", type=int, default=None, help="override the preset's steps (say so in reports)")
+    parser.add_argument("--no-equal-time", action="store_true", help="skip the equal wall-clock runs")
+    parser.add_argument("--out", type=Path, default=None, help="write PREFIX.json, PREFIX.md and PREFIX.png")
+    args = parser.parse_args(argv)
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"--rows: expected names from {ROWS}, got {unknown}")
+    if args.steps is not None:
+        PRESETS[args.preset] = {**PRESETS[args.preset], "steps": args.steps,
+                                "eval_every": max(1, min(PRESETS[args.preset]["eval_every"], args.steps // 2))}
+    results = run(args.preset, rows, args.lr or [PRESETS[args.preset]["lr"]], not args.no_equal_time)
+    results["command"] = "python bench/pretrain.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    from pretrain_report import markdown, plot
+    text = markdown(results)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(text + "\n")
+        plot(results, args.out.with_suffix(".png"))
+    return results
+
+
+if __name__ == "__main__":
+    main()
