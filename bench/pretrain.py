@@ -21,6 +21,7 @@ learning rate, gradient clipping at 1; ``--lr`` with several values repeats the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
@@ -31,6 +32,8 @@ from typing import Any
 
 import torch
 
+from sketchcore.torch import low_rank_activations
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
 from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
@@ -38,8 +41,8 @@ from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CI: seconds.
-    "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 64, "batch": 4, "steps": 6,
-              "eval_every": 3, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu"},
+    "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 32, "batch": 4, "steps": 4,
+              "eval_every": 2, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu"},
     # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 1.02M tokens per row.
     "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 500,
             "eval_every": 50, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu"},
@@ -87,6 +90,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     model = build(row, preset, SEED).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(SEED)
+    memory_mode = low_rank_activations if row.endswith("_memory") else contextlib.nullcontext
     tokens_per_step = preset["batch"] * preset["length"]
     meter = PeakMemory(device)
     meter.start(model)
@@ -98,7 +102,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
             group["lr"] = learning_rate(step, steps, lr)
         _sync(device)
         start = time.perf_counter()
-        with _autocast(device):
+        with _autocast(device), memory_mode():
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
