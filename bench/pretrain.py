@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from sketchcore.torch import low_rank_activations
+from sketchcore.torch import _memory_mode, low_rank_activations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
@@ -82,6 +82,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool) -> int:
+    """Bytes autograd keeps between one training forward and its backward, parameters left out,
+    one count per storage: exact and independent of the machine's load (unlike a resident-set
+    peak). In the memory mode what it packs as a recipe (a recomputed output) counts nothing."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> Any:
+        packed = _memory_mode._pack(t) if memory_mode else t
+        if isinstance(packed, torch.Tensor) and packed.untyped_storage().data_ptr() not in params:
+            kept[packed.untyped_storage().data_ptr()] = packed.untyped_storage().nbytes()
+        return packed
+
+    with contextlib.ExitStack() as stack:
+        if memory_mode:
+            stack.enter_context(low_rank_activations())
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, _memory_mode._unpack))
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return sum(kept.values())
+
+
 def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, held_out: list[torch.Tensor],
           eval_every: int) -> dict[str, Any]:
     """Trains one row for `steps` steps: its curve (step, tokens, training seconds, validation
@@ -92,6 +115,9 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     generator = torch.Generator().manual_seed(SEED)
     memory_mode = low_rank_activations if row.endswith("_memory") else contextlib.nullcontext
     tokens_per_step = preset["batch"] * preset["length"]
+    activation_bytes = saved_activation_bytes(model, batches(corpus.train, preset["batch"], preset["length"],
+                                                            torch.Generator().manual_seed(0)).to(device),
+                                              row.endswith("_memory"))
     meter = PeakMemory(device)
     meter.start(model)
     curve = [{"step": 0, "tokens": 0, "seconds": 0.0, "val_loss": validation_loss(model, held_out, device)}]
@@ -120,7 +146,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
             "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
             "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
-            "peak_memory_mib": meter.peak(), "final_val_loss": curve[-1]["val_loss"], "curve": curve}
+            "peak_memory_mib": meter.peak(), "saved_activations_mib": activation_bytes / 2**20, "final_val_loss": curve[-1]["val_loss"], "curve": curve}
 
 
 def run(preset_name: str, rows: list[str], lrs: list[float], equal_time: bool) -> dict[str, Any]:
@@ -155,6 +181,7 @@ def ratios(entry: dict[str, Any]) -> dict[str, Any]:
         if dense is not None:
             line["tokens_per_s_vs_dense"] = r["tokens_per_s"] / dense["tokens_per_s"]
             line["peak_memory_vs_dense"] = r["peak_memory_mib"] / dense["peak_memory_mib"]
+            line["saved_activations_vs_dense"] = r["saved_activations_mib"] / dense["saved_activations_mib"]
             line["val_loss_equal_tokens_vs_dense"] = r["final_val_loss"] / dense["final_val_loss"]
             if row in timed:
                 line["val_loss_equal_time_vs_dense"] = timed[row]["final_val_loss"] / dense["final_val_loss"]
@@ -162,7 +189,9 @@ def ratios(entry: dict[str, Any]) -> dict[str, Any]:
     if "cola_sketchcore" in tokens and "cola_torch" in tokens:
         ours, peer = tokens["cola_sketchcore"], tokens["cola_torch"]
         out["cola_sketchcore_vs_cola_torch"] = {"tokens_per_s": ours["tokens_per_s"] / peer["tokens_per_s"],
-                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"]}
+                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"],
+                                                "saved_activations": ours["saved_activations_mib"]
+                                                / peer["saved_activations_mib"]}
     return out
 
 
