@@ -9,7 +9,9 @@ Text: the Python standard library's sources as bytes (bench/pretrain_data.py; th
 size and a SHA-256 go into the results). Models: bench/pretrain_models.py. Every row starts from
 the same seed and sees the same batches.
 
-Per row: training tokens/s, peak memory of training, the validation loss at equal tokens (every
+Per row: training tokens/s (the median of training steps timed side by side with the other rows,
+round by round in a rotating order, after training, so that the machine's load changes every row
+alike; the ratios to dense per round: median, min, max), peak memory of training, the validation loss at equal tokens (every
 row trains ``steps`` steps) and at equal wall-clock (each non-dense row trains again with as many
 steps as fit in the dense row's training time, at its own measured step time, with the schedule
 stretched to them, as CoLA's paper compares), the loss-versus-time curve (a PNG), and the ratios
@@ -21,15 +23,19 @@ learning rate, gradient clipping at 1; ``--lr`` with several values repeats the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from sketchcore.torch import _memory_mode, low_rank_activations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
@@ -38,15 +44,17 @@ from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CI: seconds.
-    "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 64, "batch": 4, "steps": 6,
-              "eval_every": 3, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu"},
+    "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 32, "batch": 4, "steps": 4,
+              "eval_every": 2, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu",
+              "timing_rounds": 2},
     # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 1.02M tokens per row.
     "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 500,
-            "eval_every": 50, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu"},
+            "eval_every": 50, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu",
+            "timing_rounds": 6},
     # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 49M tokens per row.
     "gpu": {"hidden": 768, "intermediate": 2048, "layers": 12, "heads": 12, "length": 512, "batch": 32,
             "steps": 3000, "eval_every": 250, "val_batches": 16, "corpus_bytes": 64_000_000, "lr": 3e-3,
-            "device": "cuda"},
+            "device": "cuda", "timing_rounds": 10},
 }
 SEED = 1234
 
@@ -79,6 +87,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool) -> int:
+    """Bytes autograd keeps between one training forward and its backward, parameters left out,
+    one count per storage: exact and independent of the machine's load (unlike a resident-set
+    peak). In the memory mode what it packs as a recipe (a recomputed output) counts nothing."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> Any:
+        packed = _memory_mode._pack(t) if memory_mode else t
+        if isinstance(packed, torch.Tensor) and packed.untyped_storage().data_ptr() not in params:
+            kept[packed.untyped_storage().data_ptr()] = packed.untyped_storage().nbytes()
+        return packed
+
+    with contextlib.ExitStack() as stack:
+        if memory_mode:
+            stack.enter_context(low_rank_activations())
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, _memory_mode._unpack))
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return sum(kept.values())
+
+
 def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, held_out: list[torch.Tensor],
           eval_every: int) -> dict[str, Any]:
     """Trains one row for `steps` steps: its curve (step, tokens, training seconds, validation
@@ -87,25 +118,18 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     model = build(row, preset, SEED).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(SEED)
+    memory_mode = low_rank_activations if row.endswith("_memory") else contextlib.nullcontext
     tokens_per_step = preset["batch"] * preset["length"]
+    activation_bytes = saved_activation_bytes(model, batches(corpus.train, preset["batch"], preset["length"],
+                                                            torch.Generator().manual_seed(0)).to(device),
+                                              row.endswith("_memory"))
     meter = PeakMemory(device)
     meter.start(model)
     curve = [{"step": 0, "tokens": 0, "seconds": 0.0, "val_loss": validation_loss(model, held_out, device)}]
     elapsed, first_step = 0.0, 0.0
     for step in range(steps):
         batch = batches(corpus.train, preset["batch"], preset["length"], generator).to(device)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, steps, lr)
-        _sync(device)
-        start = time.perf_counter()
-        with _autocast(device):
-            loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        took = time.perf_counter() - start
+        took, loss = _step(model, optimizer, batch, learning_rate(step, steps, lr), memory_mode)
         elapsed += took
         if step == 0:
             first_step = took
@@ -116,7 +140,52 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
             "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
             "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
-            "peak_memory_mib": meter.peak(), "final_val_loss": curve[-1]["val_loss"], "curve": curve}
+            "peak_memory_mib": meter.peak(), "saved_activations_mib": activation_bytes / 2**20,
+            "final_val_loss": curve[-1]["val_loss"], "curve": curve, "_state": (model, optimizer, memory_mode)}
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, lr: float,
+          memory_mode: Any) -> tuple[float, torch.Tensor]:
+    """One timed training step: (seconds, loss)."""
+    device = batch.device
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    _sync(device)
+    start = time.perf_counter()
+    with _autocast(device), memory_mode():
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return time.perf_counter() - start, loss
+
+
+def interleaved_throughput(results: dict[str, dict[str, Any]], preset: dict[str, Any], corpus: Any) -> None:
+    """Times training steps of the trained rows side by side: round by round, one step of each row
+    on the same batch, in an order rotated every round, so that a change in the machine's load
+    shows in every row alike (rows trained one after the other do not share it). Sets each row's
+    tokens/s from its median step and the per-round ratios to dense (median, min, max)."""
+    generator = torch.Generator().manual_seed(SEED + 7)
+    rows = list(results)
+    times: dict[str, list[float]] = {row: [] for row in rows}
+    for i in range(preset["timing_rounds"]):
+        batch = batches(corpus.train, preset["batch"], preset["length"], generator).to(preset["device"])
+        for row in rows[i % len(rows):] + rows[:i % len(rows)]:
+            model, optimizer, memory_mode = results[row]["_state"]
+            times[row].append(_step(model, optimizer, batch, 1e-5, memory_mode)[0])
+    tokens_per_step = preset["batch"] * preset["length"]
+    for row in rows:
+        r = results[row]
+        r["sequential_tokens_per_s"] = r["tokens_per_s"]
+        r["step_seconds"] = statistics.median(times[row])
+        r["tokens_per_s"] = tokens_per_step / r["step_seconds"]
+        r["interleaved_step_seconds"] = times[row]
+        if "dense" in times:
+            per_round = [d / t for d, t in zip(times["dense"], times[row])]
+            r["tokens_per_s_vs_dense_rounds"] = {"median": statistics.median(per_round), "min": min(per_round),
+                                                 "max": max(per_round)}
 
 
 def run(preset_name: str, rows: list[str], lrs: list[float], equal_time: bool) -> dict[str, Any]:
@@ -128,6 +197,7 @@ def run(preset_name: str, rows: list[str], lrs: list[float], equal_time: bool) -
                                "threads": torch.get_num_threads(), "runs": []}
     for lr in lrs:
         tokens = {row: train(row, preset, preset["steps"], lr, corpus, held_out, preset["eval_every"]) for row in rows}
+        interleaved_throughput(tokens, preset, corpus)
         entry: dict[str, Any] = {"lr": lr, "equal_tokens": tokens, "equal_time": {}}
         if equal_time and "dense" in tokens:
             budget = tokens["dense"]["step_seconds"] * preset["steps"]
@@ -136,6 +206,9 @@ def run(preset_name: str, rows: list[str], lrs: list[float], equal_time: bool) -
                     continue
                 steps = max(1, round(budget / tokens[row]["step_seconds"]))
                 entry["equal_time"][row] = train(row, preset, steps, lr, corpus, held_out, max(1, steps // 10))
+                entry["equal_time"][row].pop("_state")
+        for r in tokens.values():
+            r.pop("_state")
         entry["ratios"] = ratios(entry)
         results["runs"].append(entry)
     return results
@@ -150,15 +223,23 @@ def ratios(entry: dict[str, Any]) -> dict[str, Any]:
         line: dict[str, float] = {}
         if dense is not None:
             line["tokens_per_s_vs_dense"] = r["tokens_per_s"] / dense["tokens_per_s"]
+            if "tokens_per_s_vs_dense_rounds" in r:
+                line["tokens_per_s_vs_dense_rounds"] = r["tokens_per_s_vs_dense_rounds"]
             line["peak_memory_vs_dense"] = r["peak_memory_mib"] / dense["peak_memory_mib"]
+            line["saved_activations_vs_dense"] = r["saved_activations_mib"] / dense["saved_activations_mib"]
             line["val_loss_equal_tokens_vs_dense"] = r["final_val_loss"] / dense["final_val_loss"]
             if row in timed:
                 line["val_loss_equal_time_vs_dense"] = timed[row]["final_val_loss"] / dense["final_val_loss"]
         out[row] = line
     if "cola_sketchcore" in tokens and "cola_torch" in tokens:
         ours, peer = tokens["cola_sketchcore"], tokens["cola_torch"]
+        rounds = [p / o for p, o in zip(peer.get("interleaved_step_seconds", []), ours.get("interleaved_step_seconds", []))]
         out["cola_sketchcore_vs_cola_torch"] = {"tokens_per_s": ours["tokens_per_s"] / peer["tokens_per_s"],
-                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"]}
+                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"],
+                                                "saved_activations": ours["saved_activations_mib"]
+                                                / peer["saved_activations_mib"],
+                                                "tokens_per_s_rounds": {"min": min(rounds), "max": max(rounds)}
+                                                if rounds else None}
     return out
 
 

@@ -4,6 +4,8 @@
 - ``cola_sketchcore``: every projection of the blocks (q, k, v, o, gate, up, down) replaced by
   ``LowRankLinear(rank = hidden/4, inner_activation="silu")`` through
   ``sketch_model(init="random")`` (CoLA; embeddings and lm_head stay dense);
+- ``cola_sketchcore_memory``: that model trained in sketchcore's memory mode
+  (``low_rank_activations``: the layers' full-width outputs recomputed from their r-wide Z);
 - ``cola_torch``: the same CoLA model written in plain torch, as its paper describes it (two
   ``nn.Linear`` and a SiLU), with the very same initial factors as ``cola_sketchcore``;
 - ``lowrank``: the same ranks without the inner activation (W = S·U);
@@ -20,7 +22,7 @@ from torch import nn
 
 from sketchcore.torch import LowRankLinear, sketch_model
 
-ROWS = ("dense", "cola_sketchcore", "cola_torch", "lowrank", "sklinear")
+ROWS = ("dense", "cola_sketchcore", "cola_sketchcore_memory", "cola_torch", "lowrank", "sklinear")
 #: The model's layers that stay dense in every row (CoLA keeps embeddings and the output head dense).
 KEEP_DENSE = ["lm_head"]
 
@@ -64,7 +66,7 @@ def build(row: str, preset: dict[str, Any], seed: int) -> nn.Module:
     model = LlamaForCausalLM(llama_config(preset))
     rank = preset["hidden"] // 4
     torch.manual_seed(seed + 1)  # the factors: the same draw for both CoLA rows and the plain low-rank one
-    if row in ("cola_sketchcore", "cola_torch"):
+    if row in ("cola_sketchcore", "cola_sketchcore_memory", "cola_torch"):
         sketch_model(model, layer="lowrank", low_rank=rank, init="random", inner_activation="silu", exclude=KEEP_DENSE)
         if row == "cola_torch":
             _to_torch_peer(model)

@@ -18,9 +18,9 @@ def markdown(results: dict[str, Any]) -> str:
              f"sha256 {corpus['sha256']}.", ""]
     for run in results["runs"]:
         lines += [f"## Peak learning rate {run['lr']}", "",
-                  "| row | params | tokens/s | × dense | peak MiB | × dense | val loss, equal tokens | × dense "
-                  "| val loss, equal time (steps) | × dense |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| row | params | tokens/s | × dense | peak MiB | × dense | saved activations MiB | × dense "
+                  "| val loss, equal tokens | × dense | val loss, equal time (steps) | × dense |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row, r in run["equal_tokens"].items():
             ratio = run["ratios"].get(row, {})
             timed = run["equal_time"].get(row)
@@ -30,14 +30,25 @@ def markdown(results: dict[str, Any]) -> str:
             def cell(key: str) -> str:
                 return f"{ratio[key]:.3f}" if key in ratio else "–"
 
-            lines.append(f"| {row} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {cell('tokens_per_s_vs_dense')} "
-                         f"| {r['peak_memory_mib']:,.1f} | {cell('peak_memory_vs_dense')} | {r['final_val_loss']:.4f} "
+            spread = ratio.get("tokens_per_s_vs_dense_rounds")
+            speed = cell("tokens_per_s_vs_dense") + (f" ({spread['min']:.2f}–{spread['max']:.2f})" if spread else "")
+            lines.append(f"| {row} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {speed} "
+                         f"| {r['peak_memory_mib']:,.1f} | {cell('peak_memory_vs_dense')} "
+                         f"| {r['saved_activations_mib']:,.2f} | {cell('saved_activations_vs_dense')} "
+                         f"| {r['final_val_loss']:.4f} "
                          f"| {cell('val_loss_equal_tokens_vs_dense')} | {same_time} "
                          f"| {cell('val_loss_equal_time_vs_dense')} |")
         peer = run["ratios"].get("cola_sketchcore_vs_cola_torch")
         if peer:
-            lines += ["", f"CoLA through sketchcore against the plain-torch peer: tokens/s × {peer['tokens_per_s']:.3f}, "
-                          f"peak memory × {peer['peak_memory']:.3f}."]
+            spread = peer.get("tokens_per_s_rounds")
+            range_text = f" (per round {spread['min']:.2f}–{spread['max']:.2f})" if spread else ""
+            lines += ["", f"CoLA through sketchcore against the plain-torch peer: tokens/s × {peer['tokens_per_s']:.3f}"
+                          f"{range_text}, "
+                          f"peak memory × {peer['peak_memory']:.3f}, saved activations × {peer['saved_activations']:.3f}."]
+        lines += ["", "tokens/s: median of steps timed side by side after training (× dense: median ratio, per-round "
+                      "range in parentheses). Peak MiB: the resident set's growth during training plus the parameters (CPU; every row in "
+                      "one process, so allocator caching between rows shows); saved activations: the bytes autograd "
+                      "keeps between one forward and its backward, parameters left out (exact, load-independent)."]
         lines.append("")
     lines.append(f"Command: `{results.get('command', '')}`")
     return "\n".join(lines)

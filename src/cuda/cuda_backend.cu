@@ -26,6 +26,7 @@
 #include "cuda_ops.cuh"
 #include "detail/layout.hpp"
 #include "device_pool.cuh"
+#include "inner_activation.cuh"
 #include "kernels.cuh"
 #include "lt_gemm.cuh"
 #include "sketchcore/errors.hpp"
@@ -66,6 +67,7 @@ class CudaExecution {
       if (p_.intermediate && r_ > 0) fill_rows(intermediate_data(), intermediate_ld(), rows, r_);
     } else {
       DeviceBuffer x_buffer, s_buffer, u_buffer, z_buffer;
+      DeviceMatrix z_for_second;
       const DeviceMatrix x = operand(p_.x, x_buffer);
       const DeviceMatrix sp = sketch_matrix(s_buffer);
       const DeviceMatrix up = factor_matrix(u_buffer);  // (T, k, d_out) is r × d_out
@@ -75,6 +77,18 @@ class CudaExecution {
       lt_gemm(device_, dtype(), rows, rp_, p_.d_in, 1.0, x, sp, 0.0, z, ldz, {}, tf32_, stream_);
       if (p_.intermediate && padded()) {  // the caller's Z (rows × T·k) from the padded one
         copy_strided<T>(z, padded_intermediate_layout(), intermediate_data(), intermediate_layout(), stream_);
+      }
+      // Inner activation σ (UNVERIFIED on a GPU: behind the unverified-CUDA gate): the second
+      // product reads σ(Z); the caller's saved Z stays the pre-activation (σ(0) = 0 keeps the
+      // padding zero).
+      DeviceBuffer a_buffer;
+      if (p_.epilogue.inner_activation != Activation::none) {
+        T* a = z_direct ? (a_buffer = buffer(rows * rp_)).template as<T>() : z;
+        const std::int64_t lda = z_direct ? rp_ : ldz;
+        inner_activation_forward<T>(p_.epilogue.inner_activation, z, ldz, a, lda, rows, rp_, stream_);
+        z_for_second = {a, false, lda};
+      } else {
+        z_for_second = {z, false, ldz};
       }
       // Bias and activation inside the second GEMM where cuBLASLt has them (bias must be contiguous).
       // float64 keeps everything in the own kernel: cuBLASLt offers no epilogues for it.
@@ -88,7 +102,7 @@ class CudaExecution {
         fused.bias = p_.epilogue.bias->data();
         rest.bias = nullptr;
       }
-      lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, {z, false, ldz}, up, 0.0, y, ldy, fused, tf32_,
+      lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, z_for_second, up, 0.0, y, ldy, fused, tf32_,
               stream_);
     }
     const bool own_pass = rest.bias || rest.activation != Activation::none || rest.dropout.enabled;
@@ -117,6 +131,16 @@ class CudaExecution {
                       stream_);
       z = {z_buffer.as<T>(), false, rp_};
     }
+    // A = σ(Z) recomputed from the saved pre-activation for an inner activation (UNVERIFIED on a
+    // GPU: behind the unverified-CUDA gate); A = Z otherwise.
+    const Activation sigma = p_.epilogue.inner_activation;
+    DeviceBuffer a_buffer;
+    DeviceMatrix a = z;
+    if (sigma != Activation::none) {
+      a_buffer = buffer(rows * rp_);
+      inner_activation_forward<T>(sigma, static_cast<const T*>(z.data), z.ld, a_buffer.as<T>(), rp_, rows, rp_, stream_);
+      a = {a_buffer.as<T>(), false, rp_};
+    }
     const EpilogueArgs<T> e = own_epilogue();
     const bool transform = p_.epilogue.activation != Activation::none || e.dropout.enabled;
     // G = dL/dy ⊙ keep/(1 − p) ⊙ act′(H), H = scale·Z·Up + bias recomputed when needed.
@@ -126,7 +150,7 @@ class CudaExecution {
       g_buffer = buffer(rows * d_out);
       T* gp = g_buffer.as<T>();
       if (p_.epilogue.activation != Activation::none) {
-        lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, z, up, 0.0, gp, d_out, {}, tf32_, stream_);
+        lt_gemm(device_, dtype(), rows, d_out, rp_, p_.epilogue.scale, a, up, 0.0, gp, d_out, {}, tf32_, stream_);
       }
       EpilogueArgs<T> be = e;
       if (!transform) be.dropout = {};
@@ -141,9 +165,9 @@ class CudaExecution {
     const std::int64_t s_first = g.S_terms.begin * k, s_width = (g.S_terms.end - g.S_terms.begin) * k;
     const std::int64_t u_first = g.U_terms.begin * k, u_width = (g.U_terms.end - g.U_terms.begin) * k;
     const double scale = p_.epilogue.scale;
-    if (g.U && u_width > 0) {  // dUp = scale·Zᵀ·G, rows [u_first, u_first + u_width)
+    if (g.U && u_width > 0) {  // dUp = scale·Aᵀ·G, rows [u_first, u_first + u_width)
       write_matrix(*g.U, u_width, d_out, [&](void* dst, std::int64_t ld) {
-        lt_gemm(device_, dtype(), u_width, d_out, rows, scale, transposed(DeviceMatrix{static_cast<const T*>(z.data) + u_first, false, z.ld}),
+        lt_gemm(device_, dtype(), u_width, d_out, rows, scale, transposed(DeviceMatrix{static_cast<const T*>(a.data) + u_first, false, a.ld}),
                 gm, 0.0, dst, ld, {}, tf32_, stream_);
       }, Destination::factor);
     }
@@ -154,6 +178,9 @@ class CudaExecution {
     T* gu = gu_buffer.as<T>();
     lt_gemm(device_, dtype(), rows, gu_width, d_out, 1.0, gm, transposed(rows_from<T>(up, gu_first)), 0.0, gu,
             gu_width, {}, tf32_, stream_);
+    // D = GU ⊙ σ′(Z) on the kept columns; dS and dx then follow as without σ.
+    inner_activation_backward<T>(sigma, static_cast<const T*>(z.data) + gu_first, z.ld, gu, gu_width, rows, gu_width,
+                                 stream_);
     if (g.S && s_width > 0) {  // dSp = scale·Xᵀ·GU[:, s]
       write_matrix(*g.S, d_in, s_width, [&](void* dst, std::int64_t ld) {
         lt_gemm(device_, dtype(), d_in, s_width, rows, scale, transposed(x),

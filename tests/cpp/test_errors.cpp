@@ -118,5 +118,11 @@ TEST(Errors, NonFiniteScale) {
   expect_error<std::invalid_argument>([&] { run(f32({4, 8}), f32({8, 2}), f32({2, 3}), f32({4, 3}, other), e); },
                                       {"scale", "finite", "inf"});
 }
+TEST(Errors, UnknownInnerActivationEnumerator) {
+  sketchcore::Epilogue e;
+  e.inner_activation = static_cast<sketchcore::Activation>(17);  // as a C caller could pass it
+  expect_error<std::invalid_argument>([&] { run(f32({4, 8}), f32({8, 2}), f32({2, 3}), f32({4, 3}, other), e); },
+                                      {"inner_activation", "one of none, relu, gelu, gelu_tanh, silu", "17"});
+}
 
 }  // namespace

@@ -21,10 +21,11 @@ from sketchcore.torch._derived_weight import DerivedWeight
 from sketchcore.torch._convert import ConversionReport, LayerReport, register_linear, restore_model, sketch_model
 from sketchcore.torch._functional import sketched_linear, sklinear
 from sketchcore.torch._lowrank import LowRankLinear
+from sketchcore.torch._memory_mode import low_rank_activations
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._performer import performer_attention
 from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
 
 __all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention",
-           "SKConv2d", "SKLinear", "make_performer", "performer_attention", "register_linear", "restore_model",
-           "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]
+           "SKConv2d", "SKLinear", "low_rank_activations", "make_performer", "performer_attention",
+           "register_linear", "restore_model", "sketch_model", "sketched_conv2d", "sketched_linear", "sklinear"]

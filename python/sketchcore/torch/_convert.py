@@ -14,8 +14,6 @@ from typing import Any, Iterable, Literal, Optional
 import torch
 from torch import Tensor, nn
 
-import sketchcore
-
 from sketchcore.torch import _calibrate, _factors, _whitened
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, _check_convertible
@@ -23,6 +21,7 @@ from sketchcore.torch._convert_linear import build, choose_rank, dense_equivalen
 from sketchcore.torch._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
+from sketchcore.torch._pretraining import check_pretraining_options
 from sketchcore.torch._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
 from sketchcore.torch._report import ConversionReport, LayerReport
 from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
@@ -211,7 +210,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                          f"parameters; above 1 the model would grow), got {param_ratio!r}")
     if tied not in ("keep", "untie"):
         raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
-    _check_pretraining_options(layer, init, inner_activation, calibration)
+    check_pretraining_options(layer, init, inner_activation, calibration)
     if inner_activation is not None:
         kwargs = {**kwargs, "inner_activation": inner_activation}
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
@@ -266,27 +265,6 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     if not report.replaced:
         _warn_nothing_replaced(report, include, exclude)
     return report
-
-
-def _check_pretraining_options(layer: str, init: str, inner_activation: Optional[str], calibration: Any) -> None:
-    """The refusals of ``init="random"`` and ``inner_activation`` (sketch_model's Raises)."""
-    valid = sketchcore.ACTIVATIONS
-    if inner_activation is not None and inner_activation not in valid:
-        raise ValueError(f"sketch_model: inner_activation: expected one of {valid} or None, got {inner_activation!r}")
-    nonlinear = inner_activation not in (None, "none")
-    if nonlinear and layer != "lowrank":
-        raise ValueError(f"sketch_model: inner_activation: expected layer='lowrank' (only LowRankLinear has a "
-                         f"bottleneck activation), got layer={layer!r} with inner_activation={inner_activation!r}")
-    if nonlinear and init != "random":
-        raise ValueError(f"sketch_model: inner_activation: expected init='random' (a freshly initialised model to "
-                         f"pretrain), got init={init!r}: a trained layer's SVD factors approximate x W, not "
-                         f"σ(x S) U, so converting a trained model with an inner activation is refused")
-    if init == "random" and layer != "lowrank":
-        raise ValueError(f"sketch_model: init: 'random' draws LowRankLinear factors, expected layer='lowrank', "
-                         f"got layer={layer!r}")
-    if init == "random" and calibration is not None:
-        raise ValueError("sketch_model: calibration: expected None with init='random' (random factors do not "
-                         "depend on the data)")
 
 
 def _warn_nothing_replaced(report: ConversionReport, include: Optional[list[str]], exclude: list[str]) -> None:

@@ -13,6 +13,7 @@ from sketchcore import _ranks
 from sketchcore.torch import _factors, _whitened
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
+from sketchcore.torch._pretraining import random_balanced_factors
 
 
 def per_rank(layer: str, n_in: int, n_out: int, num_terms: Optional[int]) -> int:
@@ -94,18 +95,6 @@ def build(M: Tensor, bias: Optional[Tensor], layer: str, rank: int, num_terms: O
         with torch.no_grad():
             new.bias.copy_(bias)  # type: ignore[union-attr, operator]
     return new
-
-
-def random_balanced_factors(M: Tensor, rank: int) -> tuple[Tensor, Tensor]:
-    """Random S (in × rank) and U (rank × out) for pretraining, drawn N(0, s²) each with
-    s² = σ_W / √rank, σ_W the standard deviation of the freshly initialised M: then every
-    entry of S·U has variance rank·s⁴ = σ_W², the dense init's, and both factors have the same
-    scale (balanced, as CoLA draws them)."""
-    sigma = float(M.detach().to(torch.float64).std()) if M.numel() > 1 else 0.0
-    std = (sigma / rank ** 0.5) ** 0.5
-    n_in, n_out = M.shape
-    return (torch.randn(n_in, rank, dtype=M.dtype, device=M.device) * std,
-            torch.randn(rank, n_out, dtype=M.dtype, device=M.device) * std)
 
 
 def dense_equivalent(new: nn.Module) -> Tensor:

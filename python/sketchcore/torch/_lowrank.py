@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch import _factors
-from sketchcore.torch import _eager, _functorch
+from sketchcore.torch import _eager, _functorch, _memory_mode
 from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear
 from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._modules import _positive_int, dense_copy
@@ -230,8 +230,12 @@ class LowRankLinear(SketchedLayer):
         S, U, bias = params["S"], params["U"], params["bias"]
         p = self.dropout if self.training else 0.0
         if _eager.applies(x, S, U, bias):
-            return _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p),
-                                          self.inner_activation)
+            y = _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p),
+                                       self.inner_activation)
+            if p == 0 and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) and _memory_mode.active():
+                # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
+                _memory_mode.register(y, y.grad_fn.saved_tensors[4], U, bias, self.activation, self.inner_activation)
+            return y
         if not _functorch.transforms_active():
             return None
         return sketched_linear(x, S, U, bias, activation=self.activation, dropout_p=p,
