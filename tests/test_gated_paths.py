@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import sketchcore
 
-NAMES = ["cuda_padded_inner_width", "cuda_performer_kernels", "jax_cuda_handlers"]
+NAMES = ["cuda_padded_inner_width", "cuda_performer_kernels", "jax_cuda_handlers", "cuda_inner_activation"]
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
@@ -53,6 +53,7 @@ def test_a_malformed_variable_is_an_error_naming_it_and_the_names():
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert error == ("SKETCHCORE_CUDA_UNVERIFIED: environment variable: expected 0, 1, all, none or a "
                      "comma-separated list of cuda_padded_inner_width, cuda_performer_kernels, jax_cuda_handlers, "
+                     "cuda_inner_activation, "
                      "got 'yes'")
 
 
@@ -91,7 +92,7 @@ def test_a_context_restores_after_an_exception():
 
 
 def test_bad_names_and_values_are_refused():
-    listed = "one of cuda_padded_inner_width, cuda_performer_kernels, jax_cuda_handlers"
+    listed = "one of cuda_padded_inner_width, cuda_performer_kernels, jax_cuda_handlers, cuda_inner_activation"
     with pytest.raises(ValueError, match=f"gated path: name: expected {listed}, got 'cuda_everything'"):
         sketchcore.gated_path_enabled("cuda_everything")
     with pytest.raises(ValueError, match="got 'padded'"):
@@ -158,7 +159,7 @@ def test_info_lists_each_gated_path_and_its_state():
     facts = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True, env=env,
                                       timeout=300).stdout)
     assert facts["gated_paths"] == {"cuda_padded_inner_width": "enabled", "cuda_performer_kernels": "disabled",
-                                    "jax_cuda_handlers": "disabled"}
+                                    "jax_cuda_handlers": "disabled", "cuda_inner_activation": "disabled"}
     assert facts["environment"]["SKETCHCORE_CUDA_UNVERIFIED"] == "cuda_padded_inner_width"
     env["SKETCHCORE_CUDA_UNVERIFIED"] = "maybe"
     text = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -200,3 +201,37 @@ def test_torch_performer_takes_the_composite_formula_on_a_gated_device(monkeypat
         kernels = _performer.performer_attention(q, k, v, W, kernel="relu", causal=True, key_weights=weights)
     assert kernels.transpose(1, 2).is_contiguous()
     assert (torch.linalg.norm(kernels - expected) / torch.linalg.norm(expected)).item() <= 1e-12
+
+
+def test_torch_inner_activation_takes_the_composite_formula_on_a_gated_device(monkeypatch):
+    """sketchcore.torch's dispatch for the inner activation: CUDA tensors take the composite torch
+    formula (matmul, σ, matmul) until cuda_inner_activation is open. The CPU stands in for the gated
+    device: closed, LowRankLinear and sketched_linear equal the composite bit for bit, gradients
+    included; open, they run the fused kernels (equal within rounding)."""
+    torch = pytest.importorskip("torch")
+    from sketchcore.torch import LowRankLinear, _functional, sketched_linear
+    from sketchcore.torch._second_order import composite
+    cuda, cpu = torch.empty(0, device="meta"), torch.empty(0)
+    monkeypatch.setattr(_functional, "_GATED_DEVICES", ("meta",))
+    assert (_functional.takes_composite(cuda, "silu"), _functional.takes_composite(cpu, "silu")) == (True, False)
+    assert not _functional.takes_composite(cuda, "none")
+    with sketchcore.gated_path("cuda_inner_activation"):
+        assert not _functional.takes_composite(cuda, "silu")
+
+    monkeypatch.setattr(_functional, "_GATED_DEVICES", ("cpu",))
+    torch.manual_seed(5)
+    layer = LowRankLinear(24, 16, 8, activation="gelu", inner_activation="silu").double()
+    x = torch.randn(7, 24, dtype=torch.float64, requires_grad=True)
+    seed = torch.zeros([], dtype=torch.int64)
+    expected = composite(x, layer.S, layer.U, layer.bias, "gelu", 1.0, 0.0, seed, "silu")
+    want = torch.autograd.grad(expected.square().sum(), (x, layer.S, layer.U))
+    for run in (lambda: layer(x), lambda: sketched_linear(x, layer.S, layer.U, layer.bias, activation="gelu",
+                                                          inner_activation="silu")):
+        out = run()
+        assert torch.equal(out, expected)
+        for got, ref in zip(torch.autograd.grad(out.square().sum(), (x, layer.S, layer.U)), want):
+            assert torch.equal(got, ref)
+        with sketchcore.gated_path("cuda_inner_activation"):
+            fused = run()
+        assert fused.grad_fn is not None and type(fused.grad_fn) is not type(out.grad_fn)
+        assert (torch.linalg.norm(fused - expected) / torch.linalg.norm(expected)).item() <= 1e-12

@@ -42,7 +42,8 @@ def gated_paths() -> list[GatedPath]:
     list of GatedPath
         In the core's order: ``cuda_padded_inner_width`` (padded ranks in CUDA GEMMs),
         ``cuda_performer_kernels`` (the fused Performer CUDA kernels), ``jax_cuda_handlers``
-        (sketchcore.jax on CUDA GPUs).
+        (sketchcore.jax on CUDA GPUs), ``cuda_inner_activation`` (sketched_matmul's inner
+        activation on CUDA).
 
     Raises
     ------
@@ -53,7 +54,7 @@ def gated_paths() -> list[GatedPath]:
     Examples
     --------
     >>> [p.name for p in gated_paths()]
-    ['cuda_padded_inner_width', 'cuda_performer_kernels', 'jax_cuda_handlers']
+    ['cuda_padded_inner_width', 'cuda_performer_kernels', 'jax_cuda_handlers', 'cuda_inner_activation']
     """
     return [GatedPath(*entry) for entry in _runtime._gated_paths()]
 

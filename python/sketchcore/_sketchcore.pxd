@@ -144,6 +144,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         cuda_padded_inner_width
         cuda_performer_kernels
         jax_cuda_handlers
+        cuda_inner_activation
 
     cdef cppclass GatedPathInfo:
         GatedPath path

@@ -21,7 +21,7 @@ struct Entry {
   const char* description;
 };
 
-constexpr std::array<Entry, 3> kPaths{{
+constexpr std::array<Entry, 4> kPaths{{
     {GatedPath::cuda_padded_inner_width, "cuda_padded_inner_width",
      "CUDA sketched GEMMs with a rank whose rows are not a multiple of 16 bytes run each term padded to "
      "the next such width (cuBLASLt's fast kernels); closed: the unpadded cuBLASLt call"},
@@ -30,6 +30,9 @@ constexpr std::array<Entry, 3> kPaths{{
      "composite torch formula, other CUDA arrays are refused"},
     {GatedPath::jax_cuda_handlers, "jax_cuda_handlers",
      "sketchcore.jax's XLA FFI handlers on CUDA devices; closed: JAX calls on a GPU are refused"},
+    {GatedPath::cuda_inner_activation, "cuda_inner_activation",
+     "sketched_matmul's inner (bottleneck) activation on CUDA devices; closed: sketchcore.torch runs its "
+     "composite torch formula, other CUDA arrays are refused"},
 }};
 
 std::size_t index_of(GatedPath path) noexcept { return static_cast<std::size_t>(path); }
@@ -88,9 +91,10 @@ const EnvironmentSetting& environment() {
   return setting;
 }
 
-// -1: no override (the environment decides), 0: closed, 1: open.
+// 0: no override (the environment decides), 1: closed, 2: open. Zero is "none" so that every entry
+// starts without an override whatever the number of paths (value-initialised).
 std::array<std::atomic<int>, kPaths.size()>& overrides() noexcept {
-  static std::array<std::atomic<int>, kPaths.size()> state{{-1, -1, -1}};
+  static std::array<std::atomic<int>, kPaths.size()> state{};
   return state;
 }
 
@@ -127,15 +131,15 @@ const char* gated_path_name(GatedPath path) noexcept {
 
 void set_gated_path_enabled(GatedPath path, std::optional<bool> enabled) noexcept {
   const std::size_t i = index_of(path);
-  if (i < kPaths.size()) overrides()[i].store(enabled ? (*enabled ? 1 : 0) : -1);
+  if (i < kPaths.size()) overrides()[i].store(enabled ? (*enabled ? 2 : 1) : 0);
 }
 
 std::optional<bool> gated_path_override(GatedPath path) noexcept {
   const std::size_t i = index_of(path);
   if (i >= kPaths.size()) return std::nullopt;
   const int state = overrides()[i].load();
-  if (state < 0) return std::nullopt;
-  return state == 1;
+  if (state == 0) return std::nullopt;
+  return state == 2;
 }
 
 void require_gated_path(GatedPath path, std::string_view operation) {

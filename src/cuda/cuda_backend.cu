@@ -374,10 +374,17 @@ class CudaExecution {
 class CudaBackend final : public detail::Backend {
  public:
   void sketched_matmul(const SketchedMatmulProblem& p) const override {
+    if (p.epilogue.inner_activation != Activation::none) {
+      require_gated_path(GatedPath::cuda_inner_activation, "sketched_matmul with an inner_activation on a CUDA device");
+    }
     DeviceGuard guard(p.x.device().index);
     dispatch_dtype(p.x.dtype(), [&](auto tag) { CudaExecution<decltype(tag)>(p).forward(); });
   }
   void sketched_matmul_backward(const SketchedMatmulProblem& p, const SketchedMatmulGradients& g) const override {
+    if (p.epilogue.inner_activation != Activation::none) {
+      require_gated_path(GatedPath::cuda_inner_activation,
+                         "sketched_matmul_backward with an inner_activation on a CUDA device");
+    }
     DeviceGuard guard(p.x.device().index);
     dispatch_dtype(p.x.dtype(), [&](auto tag) { CudaExecution<decltype(tag)>(p).backward(g); });
   }

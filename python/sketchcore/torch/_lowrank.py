@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch import _factors
 from sketchcore.torch import _eager, _functorch, _memory_mode
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear
+from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear, takes_composite
 from sketchcore.torch._layer_state import SketchedLayer
 from sketchcore.torch._modules import _positive_int, dense_copy
 
@@ -243,6 +243,10 @@ class LowRankLinear(SketchedLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
+            if takes_composite(x, self.inner_activation):  # the CUDA inner activation is gated
+                return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation,
+                                       dropout_p=self.dropout if self.training else 0.0,
+                                       inner_activation=self.inner_activation)
             direct = self._python_path(x)
             if direct is not None:
                 return direct

@@ -41,6 +41,11 @@ enum class GatedPath : std::uint8_t {
   /// sketchcore.jax's XLA FFI handlers on CUDA devices. Closed: a JAX call on a GPU raises
   /// (as it did before the handlers existed).
   jax_cuda_handlers,
+  /// sketched_matmul's inner (bottleneck) activation on CUDA devices (own kernels for σ(Z) and
+  /// σ'(Z)). Closed: sketched_matmul with an inner activation on a CUDA array throws
+  /// unverified_path_error; sketchcore.torch runs its composite torch formula (matmul, σ, matmul:
+  /// operations that passed on a GPU) on CUDA tensors instead.
+  cuda_inner_activation,
 };
 
 /// What gated_paths() reports about one path.
