@@ -22,6 +22,30 @@ pytestmark = [
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 
 
+@pytest.fixture(autouse=True)
+def opened():
+    """These tests verify the gated path cuda_inner_activation itself: open for them (the closed side:
+    test_the_gate_decides_which_path_runs)."""
+    with sketchcore.gated_path("cuda_inner_activation"):
+        yield
+
+
+def test_the_gate_decides_which_path_runs():
+    """Closed: the array API refuses an inner activation on CUDA arrays, naming the path, and the torch
+    layer computes the composite formula (no sketchcore operator in its graph). Open: the kernels."""
+    from sketchcore.torch import LowRankLinear
+    from sketchcore.torch._second_order import composite
+    layer = LowRankLinear(40, 24, 8, inner_activation="silu").cuda()
+    x = torch.randn(50, 40, device="cuda")
+    with sketchcore.gated_path("cuda_inner_activation", False):
+        with pytest.raises(RuntimeError, match="cuda_inner_activation"):
+            sketchcore.sketched_matmul(x, layer.S.detach(), layer.U.detach(), inner_activation="silu")
+        closed = layer(x)
+    seed = torch.zeros([], dtype=torch.int64)
+    assert torch.equal(closed, composite(x, layer.S, layer.U, layer.bias, "none", 1.0, 0.0, seed, "silu"))
+    assert relative_error(layer(x).double().cpu().numpy(), closed.double().cpu().numpy()) < 1e-5
+
+
 @pytest.mark.parametrize("inner", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", list(TOLERANCE))
 @pytest.mark.parametrize("terms", [None, 3])
