@@ -23,7 +23,7 @@ model time per round; the table gives the median and [min, max] over rounds.
 
     python bench/llm_speed.py                       # GPU preset on a GPU (bf16, hidden 2048, 8 layers), else CPU
     python bench/llm_speed.py --preset cpu          # float32, hidden 1024, 4 layers, sketchcore's threads
-    python bench/llm_speed.py --preset quick        # seconds: what CI runs (tests/test_llm_speed_script.py)
+    python bench/llm_speed.py --preset quick        # seconds: what CI runs (tests/bench/test_llm_speed_script.py)
     python bench/llm_speed.py --preset gpu --dry-run  # the GPU plan at toy sizes on any device: no figures
     python bench/llm_speed.py --out bench/results/llm-speed-DATE  # also writes DATE.json and DATE.md
 """

@@ -1,4 +1,4 @@
-"""Random valid and invalid calls of the public API, for tests/test_fuzz.py.
+"""Random valid and invalid calls of the public API, for tests/core/test_fuzz.py.
 
 Run as ``python _fuzz_cases.py SEED COUNT``: it generates COUNT cases from SEED, prints
 ``CASE i: description`` before each call (so a crash names its input) and one verdict line

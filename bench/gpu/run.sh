@@ -175,29 +175,29 @@ sanitize() {
   # No --leak-check: torch keeps tensors and its cached blocks until exit (all 490 "leaks" of the
   # first run were torch's cudaMalloc); the pool's balance is asserted by the tests instead.
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_gpu_capture.py -k "$subset" || rc=1
+    "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu.py tests/gpu/test_gpu_capture.py -k "$subset" || rc=1
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_sketch.py -k "application and float32" || rc=1
+    "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_sketch.py -k "application and float32" || rc=1
   # Kernels with shared memory or inter-thread communication: the bias-gradient slabs, FWHT.
   compute-sanitizer --tool racecheck --error-exitcode 99 --target-processes all \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_gpu_sketch.py \
+    "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu.py tests/gpu/test_gpu_sketch.py \
     -k "backward_matches and float32 or application and srht and float32" || rc=1
   compute-sanitizer --tool synccheck --error-exitcode 99 --target-processes all \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "backward_matches and float32" || rc=1
+    "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu.py -k "backward_matches and float32" || rc=1
   # Issue 40's Performer kernels: shared-memory tiles, block-owned states, the tie list's atomics.
   local performer="gate_open and (match_the_float64 and float32 and (300x300 or 129x129) or ties)"
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
-      "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_performer.py -k "$performer" || rc=1
+      "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_performer.py -k "$performer" || rc=1
   done
   # Issue 38's padded inner widths (packing, kp-wide scratch, copies out) and issue 39's pool
   # under two streams.
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
-      "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_padded_rank.py -k "gate_open and not lowrank" || rc=1
+      "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_padded_rank.py -k "gate_open and not lowrank" || rc=1
   done
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_gpu_streams.py || rc=1
+    "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_streams.py || rc=1
   return $rc
 }
 

@@ -1,6 +1,6 @@
 """Where a GPU call's time goes: host overhead per call (and its parts), the kernels of the
 benchmark's forward and of SKLinear's forward+backward, and dropout's epilogue cost (a first
-call inside a CUDA-graph capture is a test: tests/test_gpu_capture.py). Prints plain tables; run by bench/gpu/run.sh's
+call inside a CUDA-graph capture is a test: tests/gpu/test_gpu_capture.py). Prints plain tables; run by bench/gpu/run.sh's
 `profile` step: python bench/gpu/where_time_goes.py (not profile.py: that name shadows the
 standard library's profile module, which torch.profiler imports).
 """

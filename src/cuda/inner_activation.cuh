@@ -6,7 +6,7 @@
 // a matrix other than the GEMM's output.
 //
 // UNVERIFIED: compiled by nvcc (sm_90) but never run on a GPU; stays behind the unverified-CUDA
-// gate until a device run passes tests/test_inner_activation.py's CUDA cases.
+// gate until a device run passes tests/core/test_inner_activation.py's CUDA cases.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // The registry of gated (device-unverified) paths: names, the program's overrides and their
 // scoped restoration, the refusal, and the padded-width decision the CUDA backend takes from it.
-// The environment's forms are tested from Python in fresh processes (tests/test_gated_paths.py):
+// The environment's forms are tested from Python in fresh processes (tests/core/test_gated_paths.py):
 // it is read once per process.
 #include <gtest/gtest.h>
 

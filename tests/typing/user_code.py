@@ -1,6 +1,6 @@
 # pyright: strict
 """A user's script over the public API. CI type-checks it with `mypy --strict` and pyright in
-strict mode (tests/test_typing.py): annotations that were missing or `Any` where a
+strict mode (tests/typing/test_typing.py): annotations that were missing or `Any` where a
 precise type exists fail here."""
 from __future__ import annotations
 

@@ -128,11 +128,11 @@ repair_and_check() {  # repair_and_check DIST_DIR NAME CHECK_ARGS...: repaired w
 # The tests that compile code themselves, and so run with this machine's compiler on PATH (as their
 # users have one): the C++ example built with find_package(sketchcore) from the installed wheel, and
 # torch.compile's inductor backend (it compiles C++ for the CPU). Every other test runs without one.
-needs_compiler=(tests/test_package.py::test_cpp_program_builds_against_the_pip_installed_package
-                tests/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
-                tests/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
-                tests/test_inner_activation_torch.py::test_torch_compile_fullgraph_matches_eager
-                tests/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths)
+needs_compiler=(tests/core/test_package.py::test_cpp_program_builds_against_the_pip_installed_package
+                tests/torch/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
+                tests/torch/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
+                tests/torch/test_inner_activation_torch.py::test_torch_compile_fullgraph_matches_eager
+                tests/bench/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths)
 # tests_without_compiler SRC VENV PYTEST_ARGS...: the tests of the copied tree SRC against the wheel in
 # VENV (sketchcore imports from the venv: the tree keeps it under python/), no compiler on PATH.
 tests_without_compiler() {
@@ -200,9 +200,9 @@ PY
     timed "CUDA wheel: fresh venv, install (no compiler)" install_and_check "$out/venv-cu13" "${install_args[@]}"
     # The CUDA backend is in the library; its CPU path, the loader, info, and packaging facts.
     # Which tests and why: bench/results/wheels-2026-11-26.txt.
-    cuda_tests=(tests/test_package.py tests/test_cli_tools.py tests/test_cublaslt_lookup.py tests/test_sketched_matmul.py
-                tests/test_backward.py tests/test_sketch.py tests/test_memory.py tests/test_errors.py tests/test_dlpack.py
-                tests/test_gpu.py tests/test_gpu_sketch.py)
+    cuda_tests=(tests/core/test_package.py tests/cli/test_cli_tools.py tests/core/test_cublaslt_lookup.py tests/core/test_sketched_matmul.py
+                tests/core/test_backward.py tests/core/test_sketch.py tests/core/test_memory.py tests/core/test_errors.py tests/core/test_dlpack.py
+                tests/gpu/test_gpu.py tests/gpu/test_gpu_sketch.py)
     timed "CUDA wheel: pytest subset (no compiler)" tests_without_compiler "$out/src-cu13" "$out/venv-cu13" "${cuda_tests[@]}"
     timed "CUDA wheel: find_package(sketchcore) example (compiler)" \
       bash -c "cd '$out/src-cu13' && PATH='$out/venv-cu13/bin':\$PATH python -m pytest -p no:cacheprovider -q -rs ${needs_compiler[0]}"

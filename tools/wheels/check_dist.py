@@ -42,7 +42,7 @@ WHEEL_FORBIDDEN = [
 SDIST_REQUIRED = ["pyproject.toml", "CMakeLists.txt", "LICENSE", "README.md", "PKG-INFO",
                   "cmake/sketchcoreConfig.cmake.in", "src/cpp/include/sketchcore/sketchcore.hpp",
                   "src/cuda/cublaslt_api.cu", "python/sketchcore/__init__.py", "python/sketchcore/_ops.pyx",
-                  "examples/CMakeLists.txt", "tests/test_package.py"]
+                  "examples/CMakeLists.txt", "tests/core/test_package.py"]
 SDIST_FORBIDDEN = ["build/*", ".hypothesis/*", ".benchmarks/*", ".whl/*", "dist/*", "wheelhouse/*",
                    "docs/_build/*", "*.so", "*.o", "*__pycache__*", ".git/*"]
 # Paths of build machines: cibuildwheel's container, pip/build's isolated environments.

@@ -1,0 +1,51 @@
+"""The pretraining benchmark (bench/pretrain.py) in its seconds-long CI form: every row trains on
+the standard library's text, the fused CoLA model and its plain-torch peer learn the same function
+(same initial factors, same batches: the same losses), the recorded ratios are the measured ones,
+and the files it writes hold what it printed."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "pretrain.py"
+ROWS = ("dense", "cola_sketchcore", "cola_sketchcore_memory", "cola_torch", "lowrank", "sklinear")
+
+
+def test_quick_preset(tmp_path):
+    out = tmp_path / "pretrain"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--preset", "quick", "--out", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert out.with_suffix(".md").read_text() in done.stdout
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    corpus = data["corpus"]
+    assert len(corpus["sha256"]) == 64 and corpus["files"] >= 10 and corpus["validation_bytes"] > 0
+    (run,) = data["runs"]
+    tokens, timed, ratios = run["equal_tokens"], run["equal_time"], run["ratios"]
+    assert tuple(tokens) == ROWS and set(timed) == set(ROWS) - {"dense"}
+    config = data["config"]
+    for row, r in tokens.items():
+        assert r["steps"] == config["steps"] and len(r["curve"]) == 1 + config["steps"] // config["eval_every"]
+        assert r["curve"][0]["val_loss"] > r["final_val_loss"]  # it learned
+        assert math.log(256) * 0.8 < r["curve"][0]["val_loss"] < math.log(256) * 1.2  # about uniform over bytes
+        assert r["tokens_per_s"] > 0 and r["peak_memory_mib"] > 0
+        assert ratios[row]["tokens_per_s_vs_dense"] == pytest.approx(r["tokens_per_s"] / tokens["dense"]["tokens_per_s"])
+    # CoLA fused in sketchcore is the plain-torch CoLA: the same losses, step for step; the memory
+    # mode recomputes what it dropped (torch's GEMM on the same Z: equal up to float rounding).
+    for ours, memory, peer in zip(tokens["cola_sketchcore"]["curve"], tokens["cola_sketchcore_memory"]["curve"],
+                                  tokens["cola_torch"]["curve"]):
+        assert ours["val_loss"] == pytest.approx(peer["val_loss"], rel=1e-4)
+        assert memory["val_loss"] == pytest.approx(ours["val_loss"], rel=1e-5)
+    # Equal wall-clock: as many steps as fit in dense's training time at each row's step time.
+    budget = tokens["dense"]["step_seconds"] * config["steps"]
+    for row, r in timed.items():
+        assert r["steps"] == max(1, round(budget / tokens[row]["step_seconds"]))
+    assert tokens["cola_sketchcore"]["params"] == tokens["lowrank"]["params"] < tokens["dense"]["params"]
