@@ -31,7 +31,9 @@ import sketchcore  # noqa: E402 - the installed package is what is documented
 release = sketchcore.__version__
 version = release
 
+sys.path.insert(0, os.path.join(HERE, "_ext"))
 extensions = [
+    "mathml_render",  # formulas as MathML: the pages render them offline (no MathJax CDN)
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
@@ -42,6 +44,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
+html_math_renderer = "mathml"
 
 html_theme = "furo"
 html_title = f"sketchcore {release}"
