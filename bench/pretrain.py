@@ -35,7 +35,8 @@ from typing import Any
 
 import torch
 
-from sketchcore.torch import _memory_mode, low_rank_activations
+from sketchcore.torch import low_rank_activations
+from sketchcore.torch.ops import _memory_mode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402

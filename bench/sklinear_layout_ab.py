@@ -6,7 +6,7 @@ layout the core read in place (S1s/U2s non-contiguous).
 """
 import time, statistics, warnings, copy, torch
 import sketchcore.torch as sct
-import sketchcore.torch._ops
+import sketchcore.torch.ops._ops
 warnings.simplefilter("ignore")
 torch.manual_seed(0)
 def old_layout(layer):

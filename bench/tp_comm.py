@@ -33,7 +33,7 @@ from torch.distributed.tensor.parallel import RowwiseParallel as TorchRowwise
 from torch.distributed.tensor.parallel import parallelize_module
 
 from sketchcore.torch import LowRankLinear
-from sketchcore.torch._tp_comm import CollectiveLog
+from sketchcore.torch.parallel._comm import CollectiveLog
 from sketchcore.torch.parallel import ColwiseParallel, RankParallel, RowwiseParallel, llama_plan
 
 

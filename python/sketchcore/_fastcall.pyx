@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The torch adapters' eager call path (issue 25): one core call per direction on plain torch
 tensors (``torch.Tensor`` or ``nn.Parameter``, CPU or CUDA), for the autograd.Functions of
-``sketchcore.torch._eager``.
+``sketchcore.torch.ops._eager``.
 
 Against the public ``sketched_matmul``/``sketched_matmul_backward`` it leaves out what the
 adapters guarantee or the core checks anyway, measured at most of a tiny layer's host time:

@@ -17,7 +17,7 @@ from sketchcore import _ranks
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
-from sketchcore.torch._convert_linear import choose_rank  # noqa: E402  (needs torch)
+from sketchcore.torch.compress._convert_linear import choose_rank  # noqa: E402  (needs torch)
 
 
 def picked(rank):

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
 import sketchcore  # noqa: E402
-from sketchcore.torch import _registry  # noqa: E402
+from sketchcore.torch.compress import _registry  # noqa: E402
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-from sketchcore.torch import _whitened  # noqa: E402
+from sketchcore.torch.compress import _whitened  # noqa: E402
 
 
 def problem(seed, n, p, n_in, n_out):

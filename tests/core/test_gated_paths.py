@@ -173,8 +173,8 @@ def test_torch_performer_takes_the_composite_formula_on_a_gated_device(monkeypat
     device to run both sides here: the composite side is reference_attention bit for bit,
     gradients included; the open side is the kernels (their (B, L, H, e) output memory)."""
     torch = pytest.importorskip("torch")
-    from sketchcore.torch import _performer
-    from sketchcore.torch._performer_formulas import reference_attention
+    from sketchcore.torch.ops import _performer
+    from sketchcore.torch.ops._performer_formulas import reference_attention
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert (_performer.performer_path(cuda), _performer.performer_path(cpu)) == ("composite", "kernels")
     with sketchcore.gated_path("cuda_performer_kernels"):
@@ -210,7 +210,7 @@ def test_torch_inner_activation_takes_the_composite_formula_on_a_gated_device(mo
     included; open, they run the fused kernels (equal within rounding)."""
     torch = pytest.importorskip("torch")
     from sketchcore.torch import LowRankLinear, _functional, sketched_linear
-    from sketchcore.torch._second_order import composite
+    from sketchcore.torch.ops._second_order import composite
     cuda, cpu = torch.empty(0, device="meta"), torch.empty(0)
     monkeypatch.setattr(_functional, "_GATED_DEVICES", ("meta",))
     assert (_functional.takes_composite(cuda, "silu"), _functional.takes_composite(cpu, "silu")) == (True, False)

@@ -34,7 +34,7 @@ def test_the_gate_decides_which_path_runs():
     """Closed: the array API refuses an inner activation on CUDA arrays, naming the path, and the torch
     layer computes the composite formula (no sketchcore operator in its graph). Open: the kernels."""
     from sketchcore.torch import LowRankLinear
-    from sketchcore.torch._second_order import composite
+    from sketchcore.torch.ops._second_order import composite
     layer = LowRankLinear(40, 24, 8, inner_activation="silu").cuda()
     x = torch.randn(50, 40, device="cuda")
     with sketchcore.gated_path("cuda_inner_activation", False):

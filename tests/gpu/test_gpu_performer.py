@@ -17,8 +17,8 @@ import sketchcore
 
 torch = pytest.importorskip("torch")
 from sketchcore.torch import RandMultiHeadAttention, performer_attention  # noqa: E402
-from sketchcore.torch._attention import orthogonal_features  # noqa: E402
-from sketchcore.torch._performer_formulas import reference_attention  # noqa: E402
+from sketchcore.torch.layers._attention import orthogonal_features  # noqa: E402
+from sketchcore.torch.ops._performer_formulas import reference_attention  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

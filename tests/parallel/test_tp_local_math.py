@@ -1,4 +1,4 @@
-"""The single-process math under the column and row styles (sketchcore.torch._tp_layers): the
+"""The single-process math under the column and row styles (sketchcore.torch.parallel._layers): the
 layer as one packed pair (A, B, scale) and its second product from z = x A, against the layer's
 own forward, in float64, for random shapes, terms, ranks and activations (hypothesis). The
 distributed behaviour is in test_tp_styles.py."""
@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from sketchcore.torch import LowRankLinear, SKLinear  # noqa: E402
-from sketchcore.torch import _tp_layers  # noqa: E402
+from sketchcore.torch.parallel import _layers as _tp_layers  # noqa: E402
 
 ACTIVATIONS = st.sampled_from(["none", "relu", "gelu", "gelu_tanh", "silu"])
 

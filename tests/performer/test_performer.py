@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from sketchcore.torch import RandMultiHeadAttention, make_performer  # noqa: E402
-from sketchcore.torch._attention import orthogonal_features  # noqa: E402
+from sketchcore.torch.layers._attention import orthogonal_features  # noqa: E402
 
 
 def relative_error(a, b):

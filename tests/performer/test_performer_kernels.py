@@ -1,6 +1,6 @@
 """Performer kernels (sketchcore.performer_attention, its backward, the torch operator and the layer
 on them) against the composite torch formulas the layer used before them
-(``sketchcore.torch._performer_formulas.reference_attention``) and against float64: outputs and gradients
+(``sketchcore.torch.ops._performer_formulas.reference_attention``) and against float64: outputs and gradients
 for both kernels, causal or not, key and value weights (padding, dropout), odd lengths, lengths
 that are not a multiple of the block or chunk, L = 1, S ≠ L, batch > 1, strided and 16-bit
 inputs; ties of the maxima; a padded causal prefix; gradcheck, second order, opcheck,
@@ -17,8 +17,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import sketchcore  # noqa: E402
 from sketchcore.torch import RandMultiHeadAttention, performer_attention  # noqa: E402
-from sketchcore.torch._attention import _kept_keys, orthogonal_features  # noqa: E402
-from sketchcore.torch._performer_formulas import reference_attention  # noqa: E402
+from sketchcore.torch.layers._attention import _kept_keys, orthogonal_features  # noqa: E402
+from sketchcore.torch.ops._performer_formulas import reference_attention  # noqa: E402
 
 KERNELS = ("softmax", "relu")
 

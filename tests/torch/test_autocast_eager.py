@@ -1,4 +1,4 @@
-"""Autocast regions on the eager path (sketchcore.torch._eager): the layers cast their operands
+"""Autocast regions on the eager path (sketchcore.torch.ops._eager): the layers cast their operands
 as the operators' registered autocast kernels do (_ops.autocast_plan: floating-point tensors
 other than float64 to the region's dtype, or, where the CPU would only widen them again, a
 float32 computation whose output is rounded; autograd-recorded casts) and then make the eager
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
-from sketchcore.torch import _eager, _ops  # noqa: E402
+from sketchcore.torch.ops import _eager, _ops  # noqa: E402
 
 HALF = [torch.bfloat16, torch.float16]
 #: Relative error of a 16-bit result against float64 (as tests/torch/test_torch_adapter.py's autocast test).

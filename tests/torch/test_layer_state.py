@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import sketchcore.torch as sct  # noqa: E402
-from sketchcore.torch._layer_state import LEGACY_KEY  # noqa: E402
+from sketchcore.torch.layers._layer_state import LEGACY_KEY  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
-sct_ops = pytest.importorskip("sketchcore.torch._ops")
+sct_ops = pytest.importorskip("sketchcore.torch.ops._ops")
 import sketchcore  # noqa: E402
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")

@@ -15,16 +15,16 @@ computed in float32 and only the output rounded (no 16-bit arithmetic would be f
 """
 from __future__ import annotations
 
-from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
-from sketchcore.torch._conv import SKConv2d, sketched_conv2d
-from sketchcore.torch._derived_weight import DerivedWeight
-from sketchcore.torch._convert import ConversionReport, LayerReport, register_linear, restore_model, sketch_model
-from sketchcore.torch._functional import sketched_linear, sklinear
-from sketchcore.torch._lowrank import LowRankLinear
-from sketchcore.torch._memory_mode import low_rank_activations
-from sketchcore.torch._modules import SKLinear
-from sketchcore.torch._performer import performer_attention
-from sketchcore.torch._ops import _autocast_args  # noqa: F401 - tested directly
+from sketchcore.torch.layers._attention import RandMultiHeadAttention, make_performer
+from sketchcore.torch.layers._conv import SKConv2d, sketched_conv2d
+from sketchcore.torch.layers._derived_weight import DerivedWeight
+from sketchcore.torch.compress._convert import ConversionReport, LayerReport, register_linear, restore_model, sketch_model
+from sketchcore.torch.ops._functional import sketched_linear, sklinear
+from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.ops._memory_mode import low_rank_activations
+from sketchcore.torch.layers._sklinear import SKLinear
+from sketchcore.torch.ops._performer import performer_attention
+from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
 __all__ = ["ConversionReport", "DerivedWeight", "LayerReport", "LowRankLinear", "RandMultiHeadAttention",
            "SKConv2d", "SKLinear", "low_rank_activations", "make_performer", "performer_attention",

@@ -11,7 +11,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from dist_common import assert_close
 from sketchcore.torch import sketched_linear, sklinear
 import sketchcore.torch.parallel  # noqa: F401 - registers the rules
-from sketchcore.torch._tp_comm import CollectiveLog
+from sketchcore.torch.parallel._comm import CollectiveLog
 
 R = Replicate()
 N, D_IN, D_OUT, K, T = 6, 16, 8, 4, 2

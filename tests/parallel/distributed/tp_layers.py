@@ -15,7 +15,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from dist_common import assert_close, my_chunk
 from sketchcore.torch import LowRankLinear, SKLinear
 from sketchcore.torch.parallel import ColwiseParallel, RankParallel, RowwiseParallel
-from sketchcore.torch._tp_comm import CollectiveLog
+from sketchcore.torch.parallel._comm import CollectiveLog
 
 D_IN, D_OUT, RANK, TERMS, LOW = 48, 32, 8, 2, 4
 LEADING = (2, 3)  # leading batch dimensions of x: n = 6 rows

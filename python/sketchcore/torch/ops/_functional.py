@@ -9,7 +9,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch import _eager, _functorch, _ops  # noqa: F401 - _ops registers the operators
+from sketchcore.torch.ops import _eager, _functorch, _ops  # noqa: F401 - _ops registers the operators
 
 _ACTIVATIONS = sketchcore.ACTIVATIONS
 
@@ -175,7 +175,7 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     _checked_activation(activation, "sketched_linear")
     _checked_activation(inner_activation, "sketched_linear", "inner_activation")
     if takes_composite(x, inner_activation):
-        from sketchcore.torch._second_order import composite
+        from sketchcore.torch.ops._second_order import composite
         return composite(x, S, U, bias, activation, float(scale), float(dropout_p), _dropout_seed(seed, dropout_p),
                          inner_activation)
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)

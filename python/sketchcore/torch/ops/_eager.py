@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from sketchcore import _fastcall
-from sketchcore.torch import _functorch, _ops
+from sketchcore.torch.ops import _functorch, _ops
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CODES = _fastcall.ACTIVATION_CODES

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sketchcore.torch import _factors
-from sketchcore.torch._layer_state import SketchedLayer
-from sketchcore.torch._modules import _positive_int
+from sketchcore.torch.layers import _factors
+from sketchcore.torch.layers._layer_state import SketchedLayer
+from sketchcore.torch.layers._sklinear import _positive_int
 
 IntPair = Union[int, tuple[int, int]]
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from sketchcore.torch import _private, _second_order
+from sketchcore.torch.ops import _private, _second_order
 
 
 def _moved(t: Optional[Tensor], dim: Optional[int]) -> Optional[Tensor]:

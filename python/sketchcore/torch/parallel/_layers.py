@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sketchcore.torch._functional import sketched_linear, sklinear
-from sketchcore.torch._lowrank import LowRankLinear
-from sketchcore.torch._modules import SKLinear
+from sketchcore.torch.ops._functional import sketched_linear, sklinear
+from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.layers._sklinear import SKLinear
 
 #: The elementwise activations of sketchcore's epilogues, as torch functions.
 _TORCH_ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu,

@@ -15,7 +15,7 @@ Per head (d = head dim, m = features, W the (m, d) orthogonal random features):
 * out_i = Σ_j (φ(q_i)·φ(k_j)) v_j / Σ_j φ(q_i)·φ(k_j), over all j, or over j ≤ i when causal.
 
 The computation is sketchcore's Performer kernels (:func:`sketchcore.performer_attention`, through
-the custom operator of :mod:`sketchcore.torch._performer`): the features are formed block by block
+the custom operator of :mod:`sketchcore.torch.ops._performer`): the features are formed block by block
 inside the kernels, never as L × m tensors. Non-causal: φ(K)ᵀ[V 1] is reduced once per head (the
 keys' maximum kept as a running constant), then each block of queries is multiplied by it.
 Causal: chunks with a running state and an exact masked product inside each chunk, so no output
@@ -32,7 +32,7 @@ by the norms of independent Gaussian rows) drawn from sketchcore's counter-based
 sketches: a pure function of ``seed``, without touching torch's global RNG (Panther calls
 ``torch.manual_seed`` on every construction).
 
-``reference_attention`` (:mod:`sketchcore.torch._performer_formulas`) is the same math in composite
+``reference_attention`` (:mod:`sketchcore.torch.ops._performer_formulas`) is the same math in composite
 torch operations: the second-order gradients' path, and what runs on CUDA tensors while the fused
 CUDA kernels are the closed gated path ``cuda_performer_kernels`` (the default until they pass on a
 GPU; :func:`sketchcore.gated_paths`), and for causal softmax below float64 on CUDA in any case.
@@ -46,9 +46,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sketchcore import sketch
-from sketchcore.torch._layer_state import SketchedLayer
-from sketchcore.torch._performer import performer_attention
-from sketchcore.torch._modules import _positive_int
+from sketchcore.torch.layers._layer_state import SketchedLayer
+from sketchcore.torch.ops._performer import performer_attention
+from sketchcore.torch.layers._sklinear import _positive_int
 
 _KERNELS = ("softmax", "relu")
 

@@ -3,7 +3,7 @@
 Each style shards the layer's factors as DTensors on a 1-D mesh (so that FSDP2 can shard them
 further over another mesh dimension and ``torch.distributed.checkpoint`` saves and reshards them)
 and replaces the layer's forward by its product on the local shards, with the collectives of
-``_tp_collectives`` written out where the math needs them. What each style communicates per
+``_collectives`` written out where the math needs them. What each style communicates per
 call, for an input of n rows (CommDebugMode counts exactly these):
 
 =====================  ==========================  =========================  ============================
@@ -29,9 +29,9 @@ from torch.distributed.tensor.parallel import ParallelStyle
 from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
 from torch.distributed.tensor.placement_types import Placement
 
-from sketchcore.torch import _tp_layers
-from sketchcore.torch._tp_collectives import reduce_gradient, reduce_value
-from sketchcore.torch._tp_layers import LayerLayout
+from sketchcore.torch.parallel import _layers
+from sketchcore.torch.parallel._collectives import reduce_gradient, reduce_value
+from sketchcore.torch.parallel._layers import LayerLayout
 
 
 class _SketchedStyle(ParallelStyle):
@@ -63,7 +63,7 @@ class _SketchedStyle(ParallelStyle):
         if device_mesh.ndim != 1:
             raise ValueError(f"{where}: device_mesh: expected a 1-D (tensor-parallel) mesh, got {device_mesh.ndim} "
                              f"dimensions {tuple(device_mesh.mesh_dim_names or ())}; pass mesh['tp'] of a 2-D mesh")
-        layout = _tp_layers.layout_of(module)
+        layout = _layers.layout_of(module)
         if layout is None:
             if isinstance(module, nn.Linear) and self._torch_style is not None:
                 self._check_shards(module, device_mesh.size())
@@ -71,7 +71,7 @@ class _SketchedStyle(ParallelStyle):
                                           use_local_output=self.use_local_output)
                 style.src_data_rank = self.src_data_rank
                 return style._apply(module, device_mesh)
-            kinds = ", ".join(k.__name__ for k in _tp_layers.SKETCHED_LAYERS)
+            kinds = ", ".join(k.__name__ for k in _layers.SKETCHED_LAYERS)
             linear = ", nn.Linear" if self._torch_style is not None else ""
             raise TypeError(f"{where}: module: expected one of {kinds}{linear}, got {type(module).__name__}")
         self._check(module, layout, device_mesh.size())
@@ -212,13 +212,13 @@ class ColwiseParallel(_SketchedStyle):
         return plan + [(module, "bias", Shard(0))]
 
     def local_forward(self, module: nn.Module, x: Tensor, group: Any) -> Tensor:
-        layout = _tp_layers.layout_of(module)
+        layout = _layers.layout_of(module)
         factors = {f.name: _local(module, f.name) for f in (*layout.input_side, *layout.output_side)}
-        A, B, scale = _tp_layers.packed_factors(module, factors)
+        A, B, scale = _layers.packed_factors(module, factors)
         # z = x A is computed whole on every rank; the gradient of σ(z), a partial sum over the
         # output shards (n × r), is the one tensor all-reduced, so dx and dA come out whole
         z = torch.matmul(x, A)
-        return _tp_layers.second_product(module, z, B, scale, _local(module, "bias"), reduce_gradient, group)
+        return _layers.second_product(module, z, B, scale, _local(module, "bias"), reduce_gradient, group)
 
 
 class RowwiseParallel(_SketchedStyle):
@@ -270,11 +270,11 @@ class RowwiseParallel(_SketchedStyle):
         return plan + [(module, "bias", Replicate())]
 
     def local_forward(self, module: nn.Module, x: Tensor, group: Any) -> Tensor:
-        layout = _tp_layers.layout_of(module)
+        layout = _layers.layout_of(module)
         factors = {f.name: _local(module, f.name) for f in (*layout.input_side, *layout.output_side)}
-        A, B, scale = _tp_layers.packed_factors(module, factors)
+        A, B, scale = _layers.packed_factors(module, factors)
         z = reduce_value(torch.matmul(x, A), group)  # the n × r intermediate: reduced before σ
-        return _tp_layers.second_product(module, z, B, scale, _local(module, "bias"))
+        return _layers.second_product(module, z, B, scale, _local(module, "bias"))
 
 
 class RankParallel(_SketchedStyle):
@@ -316,7 +316,7 @@ class RankParallel(_SketchedStyle):
     def _check(self, module: nn.Module, layout: LayerLayout, size: int) -> None:
         super()._check(module, layout, size)
         where = f"RankParallel: {type(module).__name__}"
-        self._divisible(where, layout.rank_name, _tp_layers.rank_of(module), size)
+        self._divisible(where, layout.rank_name, _layers.rank_of(module), size)
         if module.activation != "none":
             raise ValueError(f"{where}: activation: expected 'none' (the output is a sum over ranks; an activation "
                              f"would apply to each partial sum), got {module.activation!r}; use RowwiseParallel, or "
@@ -327,9 +327,9 @@ class RankParallel(_SketchedStyle):
         return plan + [(module, "bias", Replicate())]
 
     def local_forward(self, module: nn.Module, x: Tensor, group: Any) -> Tensor:
-        layout = _tp_layers.layout_of(module)
+        layout = _layers.layout_of(module)
         factors = {f.name: _local(module, f.name) for f in (*layout.input_side, *layout.output_side)}
-        partial = _tp_layers.local_product(module, reduce_gradient(x, group), factors, None, "none")
+        partial = _layers.local_product(module, reduce_gradient(x, group), factors, None, "none")
         y = reduce_value(partial, group)
         bias = _local(module, "bias")
         return y if bias is None else y + bias

@@ -10,7 +10,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch import _private, _second_order
+from sketchcore.torch.ops import _private, _second_order
 
 def _seed_value(seed: Tensor, dropout_p: float) -> Optional[int]:
     return int(seed.item()) if dropout_p > 0 else None
@@ -280,6 +280,6 @@ for _name in ("sketched_linear", "sklinear"):
     for _device in ("cpu", "cuda"):
         _private.register_autocast(_name, _device, autocast_plan)
 
-from sketchcore.torch import _functorch  # noqa: E402 - needs the operators above
+from sketchcore.torch.ops import _functorch  # noqa: E402 - needs the operators above
 
 _functorch.register_batching_rules()

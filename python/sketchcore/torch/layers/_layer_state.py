@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from torch import Tensor, nn
 
-from sketchcore.torch._derived_weight import DerivedWeight
+from sketchcore.torch.layers._derived_weight import DerivedWeight
 
 #: The metadata entry holding a layer's configuration.
 CONFIG_KEY = "sketchcore"

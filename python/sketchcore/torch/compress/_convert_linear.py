@@ -10,10 +10,11 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore import _ranks
-from sketchcore.torch import _factors, _whitened
-from sketchcore.torch._lowrank import LowRankLinear
-from sketchcore.torch._modules import SKLinear
-from sketchcore.torch._pretraining import random_balanced_factors
+from sketchcore.torch.layers import _factors
+from sketchcore.torch.compress import _whitened
+from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.layers._sklinear import SKLinear
+from sketchcore.torch.compress._pretraining import random_balanced_factors
 
 
 def per_rank(layer: str, n_in: int, n_out: int, num_terms: Optional[int]) -> int:

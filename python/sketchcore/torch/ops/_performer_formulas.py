@@ -1,5 +1,5 @@
 """Performer attention's formulas in composite torch operations: the second-order gradients' path
-of ``sketchcore::performer_attention`` and the math of :mod:`sketchcore.torch._attention`'s layer
+of ``sketchcore::performer_attention`` and the math of :mod:`sketchcore.torch.layers._attention`'s layer
 (the notation and the feature map are documented there). Memory is linear in the sequence length
 (causal attention runs over chunks with a running state), but the L × m features exist as tensors.
 """

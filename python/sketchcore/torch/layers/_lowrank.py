@@ -9,11 +9,11 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from sketchcore.torch import _factors
-from sketchcore.torch import _eager, _functorch, _memory_mode
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear, takes_composite
-from sketchcore.torch._layer_state import SketchedLayer
-from sketchcore.torch._modules import _positive_int, dense_copy
+from sketchcore.torch.layers import _factors
+from sketchcore.torch.ops import _eager, _functorch, _memory_mode
+from sketchcore.torch.ops._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear, takes_composite
+from sketchcore.torch.layers._layer_state import SketchedLayer
+from sketchcore.torch.layers._sklinear import _positive_int, dense_copy
 
 
 class LowRankLinear(SketchedLayer):

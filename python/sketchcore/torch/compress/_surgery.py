@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from sketchcore.torch._attention import RandMultiHeadAttention
+from sketchcore.torch.layers._attention import RandMultiHeadAttention
 
 
 def set_module(model: nn.Module, name: str, new: nn.Module) -> None:

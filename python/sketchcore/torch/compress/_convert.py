@@ -14,17 +14,18 @@ from typing import Any, Iterable, Literal, Optional
 import torch
 from torch import Tensor, nn
 
-from sketchcore.torch import _calibrate, _factors, _whitened
-from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
-from sketchcore.torch._conv import SKConv2d, _check_convertible
-from sketchcore.torch._convert_linear import build, choose_rank, dense_equivalent
-from sketchcore.torch._layer_state import inferred_linear_configs, saved_layer_configs
-from sketchcore.torch._lowrank import LowRankLinear
-from sketchcore.torch._modules import SKLinear
-from sketchcore.torch._pretraining import check_pretraining_options
-from sketchcore.torch._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
-from sketchcore.torch._report import ConversionReport, LayerReport
-from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
+from sketchcore.torch.compress import _calibrate, _whitened
+from sketchcore.torch.layers import _factors
+from sketchcore.torch.layers._attention import RandMultiHeadAttention, make_performer
+from sketchcore.torch.layers._conv import SKConv2d, _check_convertible
+from sketchcore.torch.compress._convert_linear import build, choose_rank, dense_equivalent
+from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
+from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.layers._sklinear import SKLinear
+from sketchcore.torch.compress._pretraining import check_pretraining_options
+from sketchcore.torch.compress._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
+from sketchcore.torch.compress._report import ConversionReport, LayerReport
+from sketchcore.torch.compress._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
 
 __all__ = ["ConversionReport", "LayerReport", "register_linear", "restore_model", "sketch_model"]
 

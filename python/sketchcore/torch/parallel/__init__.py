@@ -41,9 +41,9 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from sketchcore.torch._tp_comm import Collective, CollectiveLog
-from sketchcore.torch._tp_styles import ColwiseParallel, RankParallel, RowwiseParallel
-from sketchcore.torch import _dtensor_rules  # noqa: F401 - registers the operators' DTensor rules
+from sketchcore.torch.parallel._comm import Collective, CollectiveLog
+from sketchcore.torch.parallel._styles import ColwiseParallel, RankParallel, RowwiseParallel
+from sketchcore.torch.parallel import _dtensor_rules  # noqa: F401 - registers the operators' DTensor rules
 
 __all__ = ["Collective", "CollectiveLog", "ColwiseParallel", "RankParallel", "RowwiseParallel", "llama_plan"]
 

@@ -5,9 +5,9 @@ differentiable function the layer (:class:`~sketchcore.torch.RandMultiHeadAttent
 
 The output is allocated as (B, L, H, e) memory seen as (B, H, L, e), so that a layer's
 ``out.transpose(1, 2).reshape(B, L, H·e)`` is a view, not a copy. Second-order gradients
-(``create_graph=True``) run the composite torch formulas of :mod:`sketchcore.torch._attention`.
+(``create_graph=True``) run the composite torch formulas of :mod:`sketchcore.torch.layers._attention`.
 
-Plain eager calls (``sketchcore.torch._eager.applies``) skip the dispatcher and torch.library's
+Plain eager calls (``sketchcore.torch.ops._eager.applies``) skip the dispatcher and torch.library's
 autograd wrapper: the same bodies under a plain ``autograd.Function``, or no autograd node at all
 where nothing requires gradient (measured on a tiny problem: the operator added ~200 µs per
 inference call and more with autograd, the Function a few µs). Tracing, torch.compile, torch.func
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 import sketchcore
-from sketchcore.torch import _eager
-from sketchcore.torch._performer_formulas import reference_attention
+from sketchcore.torch.ops import _eager
+from sketchcore.torch.ops._performer_formulas import reference_attention
 
 _KERNELS = ("softmax", "relu")
 #: Device types whose fused kernels have not yet passed their tests on a device: there the
@@ -34,7 +34,7 @@ _GATED_DEVICES = ("cuda",)
 def performer_path(device: torch.device, kernel: str = "softmax", causal: bool = False,
                    dtype: torch.dtype = torch.float32) -> str:
     """What :func:`performer_attention` runs for tensors on `device`: ``"kernels"`` (sketchcore's
-    fused kernels) or ``"composite"`` (``sketchcore.torch._performer_formulas.reference_attention``).
+    fused kernels) or ``"composite"`` (``sketchcore.torch.ops._performer_formulas.reference_attention``).
     Causal softmax attention below float64 takes the composite formula on a gated device even with
     the gate open: the fused CUDA kernels refuse it (their fixed key constant underflows from head
     dimension 128 on; the CPU kernels' running constant is not in them yet)."""

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from sketchcore.torch import _second_order
+from sketchcore.torch.ops import _second_order
 
 _state = threading.local()
 

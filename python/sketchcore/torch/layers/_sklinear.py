@@ -8,11 +8,11 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from sketchcore.torch import _factors
-from sketchcore.torch import _eager, _functorch
-from sketchcore.torch._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sklinear
-from sketchcore.torch._layer_state import SketchedLayer
-from sketchcore.torch._ops import _joined_in_place
+from sketchcore.torch.layers import _factors
+from sketchcore.torch.ops import _eager, _functorch
+from sketchcore.torch.ops._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sklinear
+from sketchcore.torch.layers._layer_state import SketchedLayer
+from sketchcore.torch.ops._ops import _joined_in_place
 
 def _positive_int(value: object, name: str, where: str) -> int:
     """`value` if it is an int ≥ 1 (not a bool), else a ValueError naming `where` and `name`."""

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from sketchcore.torch import _factors
+from sketchcore.torch.layers import _factors
 
 
 def whitened_svd(M: Tensor, gram: Tensor) -> tuple[Tensor, Tensor]:
