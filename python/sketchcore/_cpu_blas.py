@@ -3,9 +3,9 @@
 sketchcore is built with its own OpenBLAS (scipy-openblas32). NumPy and torch each bring a
 BLAS too, with a thread pool whose threads spin for a while after every call; two pools on
 the same cores take them from each other, and a sketched call inside a NumPy or torch
-pipeline ran at half its isolated speed (issue 17). So by default (mode ``"framework"``) a
-call on NumPy arrays runs its GEMMs in NumPy's own OpenBLAS and a call on CPU torch tensors
-in torch's BLAS (MKL in the x86 wheels, with torch's OpenMP pool): one pool per pipeline.
+pipeline slows down (measured, with and without this rule, in docs/performance_results.md:
+"Mixing with NumPy and PyTorch"). So by default (mode ``"framework"``) a call on NumPy arrays
+runs its GEMMs in NumPy's own OpenBLAS and a call on CPU torch tensors in torch's BLAS (MKL in the x86 wheels, with torch's OpenMP pool): one pool per pipeline.
 Found at the first call of each framework, from libraries the framework has already loaded
 (never loading one); where none is found (another build of NumPy or torch, another
 framework) the own BLAS runs. Mode ``"own"`` always uses sketchcore's OpenBLAS.

@@ -1,10 +1,11 @@
 # cython: language_level=3
-"""The torch adapters' eager call path (issue 25): one core call per direction on plain torch
+"""The torch adapters' eager call path: one core call per direction on plain torch
 tensors (``torch.Tensor`` or ``nn.Parameter``, CPU or CUDA), for the autograd.Functions of
 ``sketchcore.torch.ops._eager``.
 
 Against the public ``sketched_matmul``/``sketched_matmul_backward`` it leaves out what the
-adapters guarantee or the core checks anyway, measured at most of a tiny layer's host time:
+adapters guarantee or the core checks anyway, which measured at most of a tiny layer's host time
+(docs/performance_results.md, "Tiny layers"):
 no keyword parsing, no Python-side checks of activation, scale, dropout and seed (the
 activation arrives as the core's enumerator, from ``ACTIVATION_CODES``), no shape query
 before allocating (the core validates once, in the call), no ``ImportedTensor`` per operand

@@ -88,3 +88,26 @@ def test_the_name_rule_tells_a_name_from_a_longer_one():
     assert not is_named(pathlib.Path("src/cpp/cpu/las.cpp"), text)
     assert not is_named(pathlib.Path("python/sketchcore/ops.pyi"), text)
     assert not is_named(pathlib.Path("python/sketchcore/_ops.pyx"), text)
+
+
+FIGURE_OR_ISSUE = re.compile(r"issue \d+|\d(\.\d+)? ?(µs|ms|ns)\b|\d(\.\d+)?×(?! ?\d)|\d ?(GB/s|GFLOP/s)")
+
+
+def module_docstring(path: pathlib.Path) -> str:
+    """The docstring at the top of a .py or .pyx file (after comment lines), or ""."""
+    match = re.match(r'\s*(?:#[^\n]*\n\s*)*r?"""(.*?)"""', path.read_text(encoding="utf-8"), re.S)
+    return match.group(1) if match else ""
+
+
+def test_module_docstrings_carry_no_benchmark_figures_or_issue_numbers():
+    """Measured figures go stale in code; they live in docs/performance_results.md, which a module cites."""
+    package = ROOT / "python" / "sketchcore"
+    found = {str(path.relative_to(ROOT)): hit.group(0) for path in sorted(package.rglob("*"))
+             if path.suffix in (".py", ".pyx") for hit in [FIGURE_OR_ISSUE.search(module_docstring(path))] if hit}
+    assert not found, f"module docstrings with figures or issue numbers: {found}"
+
+
+def test_the_figure_rule_catches_a_timing_and_an_issue_and_spares_a_shape():
+    assert FIGURE_OR_ISSUE.search("ran in 25.4 ms") and FIGURE_OR_ISSUE.search("see issue 25")
+    assert FIGURE_OR_ISSUE.search("2.5× faster")
+    assert not FIGURE_OR_ISSUE.search("a 1×1 convolution, a 3 × 3 kernel, (out × 2Tk) and shapes (N, d_in)")
