@@ -27,6 +27,10 @@ namespace {
 /// because a training step's peak memory matters and its GEMMs accumulate over chunks anyway.
 constexpr std::int64_t kBackwardStagingBytes = std::int64_t{4} << 20;
 
+/// Bound of a chunk's r-wide buffers (G·Upᵀ and σ(Z)) where nothing full-width is staged: no
+/// more than the saved intermediate Z itself up to this size.
+constexpr std::int64_t kRankWideBytes = std::int64_t{32} << 20;
+
 /// Sets every element of `v` to zero.
 template <class T>
 void fill_zero(const TensorView& v) {
@@ -103,6 +107,15 @@ class BackwardExecutor {
     const bool stages_x = (g_.S && !x_in_place_) || (g_.x && !dx_in_place_);
     const std::int64_t widest = stages_x ? std::max(d_out, d_in) : d_out;
     chunk_ = std::clamp<std::int64_t>(kBackwardStagingBytes / (widest * std::int64_t(sizeof(T))), 256, rows);
+    // Nothing staged at full width (dL/dy, x and dx read in place, no G to form): a chunk's own
+    // buffers are only r wide (G·Upᵀ, σ(Z)), so chunks grow up to kRankWideBytes each. Fewer,
+    // larger GEMMs: each chunk costs every GEMM a fork/join of the BLAS threads.
+    const bool stages_full_width = needs_h_ || epilogue_.dropout.enabled || stages_x || half_z_ || !dy_in_place_ ||
+                                   dy_in_place_->transposed;
+    if (!stages_full_width) {
+      const std::int64_t rank_wide = kRankWideBytes / (std::max<std::int64_t>(r_, 1) * std::int64_t(sizeof(T)));
+      chunk_ = std::max(chunk_, std::min(rows, rank_wide));
+    }
     if (g_.bias) {
       T* one = ones_.allocate(chunk_);
       std::fill(one, one + chunk_, T(1));
