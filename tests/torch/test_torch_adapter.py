@@ -156,9 +156,12 @@ def test_opcheck_panther_operators():
         assert set(bwd.values()) == {"SUCCESS"}, bwd
 
 
-def test_torch_compile_fullgraph_matches_eager():
+@pytest.mark.parametrize("layer", ["sklinear", "lowrank_inner_silu"])
+def test_torch_compile_fullgraph_matches_eager(layer):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(sct.SKLinear(16, 12, 2, 3, activation="gelu"), torch.nn.Linear(12, 4))
+    first = (sct.SKLinear(16, 12, 2, 3, activation="gelu") if layer == "sklinear"
+             else sct.LowRankLinear(16, 12, 5, inner_activation="silu"))
+    model = torch.nn.Sequential(first, torch.nn.Linear(12, 4))
     x = torch.randn(7, 16)
     compiled = torch.compile(model, fullgraph=True)
     out = compiled(x)
