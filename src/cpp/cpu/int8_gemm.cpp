@@ -61,7 +61,7 @@ Int8TileKernel kernel_of(Int8Isa isa) noexcept {
 
 /// Quantizes one row; returns its scale (NaN for a row with a non-finite value).
 float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, std::int64_t padded, bool offset,
-                   std::uint8_t* dst, float scale_factor) {
+                   std::uint8_t* dst) {
   float max_abs = 0.0f;
   bool finite = true;  // std::max drops NaNs, so they are looked for separately
   for (std::int64_t j = 0; j < cols; ++j) {
@@ -69,21 +69,22 @@ float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, s
     max_abs = std::max(max_abs, a);
     finite &= a <= std::numeric_limits<float>::max();
   }
-  if (!finite) max_abs = std::numeric_limits<float>::infinity();
   const std::uint8_t zero = offset ? 128 : 0;
-  const auto bias = static_cast<std::int32_t>(zero);
-  if (!std::isfinite(max_abs) || max_abs == 0.0f) {
+  if (!finite || max_abs == 0.0f) {
     std::memset(dst, zero, static_cast<std::size_t>(padded));
-    return max_abs == 0.0f ? 0.0f : std::nanf("");
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
-  const float scale = max_abs / 127.0f;
+  const float inverse = 127.0f / max_abs;  // a product per value, not a division
+  // 1.5 · 2^23 added and taken away rounds a |value| ≤ 127 to an integer, half to even, in the
+  // default rounding mode (std::nearbyint is a libm call that saves the floating-point state).
+  constexpr float kRound = 12582912.0f;
   for (std::int64_t j = 0; j < cols; ++j) {
-    // nearbyint rounds half to even in the default rounding mode, as NumPy's rint does.
-    const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[j * col_stride] / scale)));
-    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + bias);
+    const float clamped = std::min(127.0f, std::max(-127.0f, x[j * col_stride] * inverse));
+    const float q = (clamped + kRound) - kRound;
+    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + zero);
   }
   std::memset(dst + cols, zero, static_cast<std::size_t>(padded - cols));
-  return scale * scale_factor;
+  return max_abs / 127.0f;
 }
 
 }  // namespace
@@ -133,14 +134,22 @@ void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8
 }
 
 void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
-                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
                         float* scale, float scale_factor) {
+  const bool offset = int8_isa_offsets_activations(isa);
+  const bool vector = isa == Int8Isa::avx512_vnni && (col_stride == 1 || cols <= 1);
   const std::int64_t padded = 4 * ((cols + 3) / 4);
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
   parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = r0; i < r1; ++i) {
       const float* row = x + (row_offsets ? row_offsets[i] : i * row_stride);
-      scale[i] = quantize_row(row, col_stride, cols, padded, offset, dst + i * padded, scale_factor);
+#if SKETCHCORE_INT8_X86
+      const float s = vector ? quantize_row_avx512(row, cols, padded, offset, dst + i * padded)
+                             : quantize_row(row, col_stride, cols, padded, offset, dst + i * padded);
+#else
+      const float s = quantize_row(row, col_stride, cols, padded, offset, dst + i * padded);
+#endif
+      scale[i] = s * scale_factor;
     }
   });
 }

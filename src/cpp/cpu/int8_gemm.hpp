@@ -83,6 +83,8 @@ void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8
 void int8_tile_avx512_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
                            const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
                            const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+/// Quantizes one contiguous row as quantize_rows_int8 does (AVX-512); returns its scale.
+float quantize_row_avx512(const float* x, std::int64_t cols, std::int64_t padded, bool offset, std::uint8_t* dst);
 /// The peak loops (int8 multiply-adds per second on the calling thread).
 double int8_peak_avx512_vnni(std::int64_t iterations);
 double int8_peak_avx_vnni(std::int64_t iterations);
@@ -90,11 +92,13 @@ double int8_peak_avx_vnni(std::int64_t iterations);
 #define SKETCHCORE_INT8_X86 0
 #endif
 
-/// Quantizes `rows` rows of float32 (row i at x + row_offset(i), `col_stride` apart, `cols`
+/// Quantizes `rows` rows of float32: row scale s = max|x|/127, q = clip(round_half_even(x · (127/max|x|)),
+/// ±127) in float32 (0 for an all-zero row, a NaN scale for a row with a non-finite value); (row i at x + row_offset(i), `col_stride` apart, `cols`
 /// values) into `dst` (stride 4·⌈cols/4⌉ bytes, padding zero) and row scales, on the workers.
 /// row_offsets null means row i at x + i·row_stride.
+/// `isa` picks the vector code (the results are the same bits for every family).
 void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
-                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
                         float* scale, float scale_factor = 1.0f);
 
 /// C (rows × b.cols, row stride ldc) = act(deq(a · b) + bias) with the family `isa`, tiled
