@@ -2,7 +2,8 @@
 // quantization of activations, the portable kernel, and the tiling over the workers.
 //
 // Tiles are (up to kTileRows rows) × (one 64-column panel), row blocks outermost, so a worker's
-// contiguous chunk of tiles walks every panel of a row block while those rows stay in L1/L2;
+// contiguous chunk of tiles walks every panel of a row block while those rows stay in L2; the
+// inner dimension is blocked so that the panel's block stays in L1 (int32 sums kept per tile);
 // a decode call (a few rows) splits the panels between the workers, each streaming its part of
 // the packed factor once.
 #include "cpu/int8_gemm.hpp"
@@ -16,6 +17,7 @@
 #include <string_view>
 
 #include "cpu/epilogue_kernels.hpp"
+#include "cpu/target_clones.hpp"
 #include "detail/parallel.hpp"
 
 namespace sketchcore::detail {
@@ -23,6 +25,9 @@ namespace sketchcore::detail {
 namespace {
 
 constexpr std::int64_t kTileRows = 48;
+/// Four-row groups per block of the inner dimension: 16 KiB of a panel, which stays in L1 with
+/// the tile's 48 rows of 256 activations.
+constexpr std::int64_t kBlockGroups = 64;
 /// Multiply-adds below which a chunk is not worth waking a worker for.
 constexpr std::int64_t kMinParallelMacs = std::int64_t{1} << 18;
 
@@ -87,6 +92,21 @@ float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, s
   return max_abs / 127.0f;
 }
 
+/// C[i][j] = float(acc[i][j] − offsets[j]) · (row_scale[i] · col_scale[j]) for i < rows, j < cols
+/// (offsets null: none), vectorised by the compiler for each instruction set.
+SKETCHCORE_CLONES void dequantize(const std::int32_t* acc, std::int64_t rows, std::int64_t cols,
+                                  const std::int32_t* offsets, const float* row_scale, const float* col_scale, float* c,
+                                  std::int64_t ldc) {
+  static constexpr std::int32_t kNoOffsets[kInt8PanelCols] = {};
+  if (!offsets) offsets = kNoOffsets;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int32_t* sums = acc + i * kInt8PanelCols;
+    float* row = c + i * ldc;
+    const float rs = row_scale[i];
+    for (std::int64_t j = 0; j < cols; ++j) row[j] = static_cast<float>(sums[j] - offsets[j]) * (rs * col_scale[j]);
+  }
+}
+
 }  // namespace
 
 bool int8_isa_supported(Int8Isa isa) noexcept {
@@ -118,17 +138,17 @@ Int8Isa active_int8_isa() noexcept { return active().load(std::memory_order_rela
 void set_active_int8_isa(Int8Isa isa) noexcept { active().store(isa, std::memory_order_relaxed); }
 
 void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* /*offsets*/,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                        const std::int8_t* panel, std::int32_t* acc, bool first) {
   for (std::int64_t i = 0; i < rows; ++i) {
     const auto* ai = reinterpret_cast<const std::int8_t*>(a + i * lda);  // signed activations
-    for (std::int64_t j = 0; j < cols; ++j) {
-      std::int32_t sum = 0;
+    std::int32_t* row = acc + i * kInt8PanelCols;
+    for (std::int64_t j = 0; j < kInt8PanelCols; ++j) {
+      std::int32_t sum = first ? 0 : row[j];
       for (std::int64_t g = 0; g < groups; ++g) {
         const std::int8_t* b = panel + g * kInt8GroupBytes + 4 * j;
         for (int t = 0; t < 4; ++t) sum += std::int32_t{ai[4 * g + t]} * std::int32_t{b[t]};
       }
-      c[i * ldc + j] = static_cast<float>(sum) * (row_scale[i] * col_scale[j]);
+      row[j] = sum;
     }
   }
 }
@@ -164,13 +184,21 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
       std::min(rows, kTileRows) * kInt8PanelCols * std::max<std::int64_t>(4 * b.groups, 1);
   const std::int64_t grain = std::max<std::int64_t>(1, kMinParallelMacs / macs_per_tile);
   parallel_for(tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
+    alignas(64) std::int32_t acc[kTileRows * kInt8PanelCols];
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t r0 = (t / b.panels) * kTileRows, p = t % b.panels;
       const std::int64_t nr = std::min(kTileRows, rows - r0);
       const std::int64_t j0 = p * kInt8PanelCols, nc = std::min(kInt8PanelCols, b.cols - j0);
+      const std::int8_t* panel = b.values + p * b.groups * kInt8GroupBytes;
+      if (b.groups == 0) std::fill(acc, acc + nr * kInt8PanelCols, 0);
+      // Blocks of kBlockGroups groups: the block of the panel stays in L1 while every row of the
+      // tile passes over it.
+      for (std::int64_t g0 = 0; g0 < b.groups; g0 += kBlockGroups) {
+        kernel(nr, std::min(kBlockGroups, b.groups - g0), a.data + r0 * a.stride + 4 * g0, a.stride,
+               panel + g0 * kInt8GroupBytes, acc, g0 == 0);
+      }
       float* tile = c + r0 * ldc + j0;
-      kernel(nr, b.groups, a.data + r0 * a.stride, a.stride, a.scale + r0, b.values + p * b.groups * kInt8GroupBytes,
-             b.column_offsets + j0, b.scales + j0, tile, ldc, nc);
+      dequantize(acc, nr, nc, a.offset ? b.column_offsets + j0 : nullptr, a.scale + r0, b.scales + j0, tile, ldc);
       if (act != Activation::none || bias) {
         for (std::int64_t i = 0; i < nr; ++i) activation_forward_f32(act, tile + i * ldc, bias ? bias + j0 : nullptr, nc);
       }

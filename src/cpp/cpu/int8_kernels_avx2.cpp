@@ -21,32 +21,6 @@ namespace sketchcore::detail {
 
 namespace {
 
-/// The lanes of the first `count` of 8 as a load/store mask.
-SKETCHCORE_AVX2_INT8_TARGET inline __m256i lanes(std::int64_t count) {
-  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count < 0 ? 0 : count > 8 ? 8 : count)), index);
-}
-
-/// Writes float(sum − offset) · row_scale · col_scale for `R` rows and the columns [0, cols) of
-/// a 32-column half (cols ≤ 32); `offsets` null for signed activations.
-template <int R>
-SKETCHCORE_AVX2_INT8_TARGET inline void store_half(const __m256i (&sum)[R][4], const float* row_scale,
-                                                   const std::int32_t* offsets, const float* col_scale, float* c,
-                                                   std::int64_t ldc, std::int64_t cols) {
-#pragma GCC unroll 4
-  for (int v = 0; v < 4; ++v) {  // no early exit: the sums must stay in registers (see the AVX-512 kernel)
-    const __m256i mask = lanes(cols - 8 * v);
-    const __m256 cs = _mm256_loadu_ps(col_scale + 8 * v);
-    const __m256i off = offsets ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 8 * v))
-                                : _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m256 value = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[i][v], off));
-      _mm256_maskstore_ps(c + i * ldc + 8 * v, mask, _mm256_mul_ps(value, _mm256_mul_ps(_mm256_set1_ps(row_scale[i]), cs)));
-    }
-  }
-}
-
 /// sum + Σ of the four u8 × s8 products of each lane (asm with the sum tied to the result: GCC 12
 /// moves the intrinsic's sums around every instruction; see cpu/int8_kernels_avx512.cpp).
 SKETCHCORE_AVXVNNI_TARGET inline __m256i dot(__m256i sum, __m256i a, __m256i b) {
@@ -54,17 +28,33 @@ SKETCHCORE_AVXVNNI_TARGET inline __m256i dot(__m256i sum, __m256i a, __m256i b) 
   return sum;
 }
 
+/// Loads (or zeroes, for the first block) the sums of R rows of a 32-column half.
 template <int R>
-SKETCHCORE_AVXVNNI_TARGET void half_vnni(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                         const float* row_scale, const std::int8_t* panel,
-                                         const std::int32_t* offsets, const float* col_scale, float* c,
-                                         std::int64_t ldc, std::int64_t cols) {
-  __m256i sum[R][4];
+SKETCHCORE_AVX2_INT8_TARGET inline void load_sums(__m256i (&sum)[R][4], const std::int32_t* acc, bool first) {
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) sum[i][v] = _mm256_setzero_si256();
+    for (int v = 0; v < 4; ++v) {
+      sum[i][v] = first ? _mm256_setzero_si256()
+                        : _mm256_load_si256(reinterpret_cast<const __m256i*>(acc + i * kInt8PanelCols + 8 * v));
+    }
   }
+}
+
+template <int R>
+SKETCHCORE_AVX2_INT8_TARGET inline void store_sums(const __m256i (&sum)[R][4], std::int32_t* acc) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(acc + i * kInt8PanelCols + 8 * v), sum[i][v]);
+  }
+}
+
+template <int R>
+SKETCHCORE_AVXVNNI_TARGET void half_vnni(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                                         const std::int8_t* panel, std::int32_t* acc, bool first) {
+  __m256i sum[R][4];
+  load_sums<R>(sum, acc, first);
   for (std::int64_t g = 0; g < groups; ++g) {
     const auto* b = reinterpret_cast<const __m256i*>(panel + g * kInt8GroupBytes);
     const __m256i b0 = _mm256_load_si256(b), b1 = _mm256_load_si256(b + 1);
@@ -80,20 +70,14 @@ SKETCHCORE_AVXVNNI_TARGET void half_vnni(std::int64_t groups, const std::uint8_t
       sum[i][3] = dot(sum[i][3], ai, b3);
     }
   }
-  store_half<R>(sum, row_scale, offsets, col_scale, c, ldc, cols);
+  store_sums<R>(sum, acc);
 }
 
 template <int R>
 SKETCHCORE_AVX2_INT8_TARGET void half_avx2(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                           const float* row_scale, const std::int8_t* panel,
-                                           const std::int32_t* /*offsets*/, const float* col_scale, float* c,
-                                           std::int64_t ldc, std::int64_t cols) {
+                                           const std::int8_t* panel, std::int32_t* acc, bool first) {
   __m256i sum[R][4];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) sum[i][v] = _mm256_setzero_si256();
-  }
+  load_sums<R>(sum, acc, first);
   const __m256i ones = _mm256_set1_epi16(1);
   for (std::int64_t g = 0; g < groups; ++g) {
     const auto* b = reinterpret_cast<const __m256i*>(panel + g * kInt8GroupBytes);
@@ -109,21 +93,18 @@ SKETCHCORE_AVX2_INT8_TARGET void half_avx2(std::int64_t groups, const std::uint8
       }
     }
   }
-  store_half<R>(sum, row_scale, nullptr, col_scale, c, ldc, cols);
+  store_sums<R>(sum, acc);
 }
 
-using HalfKernel = void (*)(std::int64_t, const std::uint8_t*, std::int64_t, const float*, const std::int8_t*,
-                            const std::int32_t*, const float*, float*, std::int64_t, std::int64_t);
+using HalfKernel = void (*)(std::int64_t, const std::uint8_t*, std::int64_t, const std::int8_t*, std::int32_t*, bool);
 
 /// Runs kernels[r − 1] over row blocks of up to `max_rows` and both halves of the panel.
 void run_tile(const HalfKernel* kernels, std::int64_t max_rows, std::int64_t rows, std::int64_t groups,
-              const std::uint8_t* a, std::int64_t lda, const float* row_scale, const std::int8_t* panel,
-              const std::int32_t* offsets, const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+              const std::uint8_t* a, std::int64_t lda, const std::int8_t* panel, std::int32_t* acc, bool first) {
   for (std::int64_t i = 0; i < rows; i += max_rows) {
     const std::int64_t r = rows - i < max_rows ? rows - i : max_rows;
-    for (std::int64_t h = 0; h < 2 && 32 * h < cols; ++h) {
-      kernels[r - 1](groups, a + i * lda, lda, row_scale + i, panel + 32 * 4 * h, offsets + 32 * h,
-                     col_scale + 32 * h, c + i * ldc + 32 * h, ldc, cols - 32 * h < 32 ? cols - 32 * h : 32);
+    for (std::int64_t h = 0; h < 2; ++h) {
+      kernels[r - 1](groups, a + i * lda, lda, panel + 32 * 4 * h, acc + i * kInt8PanelCols + 32 * h, first);
     }
   }
 }
@@ -131,17 +112,15 @@ void run_tile(const HalfKernel* kernels, std::int64_t max_rows, std::int64_t row
 }  // namespace
 
 void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                        const std::int8_t* panel, std::int32_t* acc, bool first) {
   static const HalfKernel kernels[] = {half_vnni<1>, half_vnni<2>, half_vnni<3>};
-  run_tile(kernels, 3, rows, groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols);
+  run_tile(kernels, 3, rows, groups, a, lda, panel, acc, first);
 }
 
 void int8_tile_avx2(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                    const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                    const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                    const std::int8_t* panel, std::int32_t* acc, bool first) {
   static const HalfKernel kernels[] = {half_avx2<1>, half_avx2<2>};
-  run_tile(kernels, 2, rows, groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols);
+  run_tile(kernels, 2, rows, groups, a, lda, panel, acc, first);
 }
 
 SKETCHCORE_AVXVNNI_TARGET double int8_peak_avx_vnni(std::int64_t iterations) {

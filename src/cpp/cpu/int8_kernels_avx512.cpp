@@ -1,7 +1,7 @@
-// The AVX-512 VNNI int8 register kernel of cpu/int8_gemm.hpp and its peak loop: 6 rows × 64
-// columns of int32 sums in 24 zmm registers; per group of four inner indices, four 64-byte
-// loads of the packed panel and one 4-byte broadcast per row feed 24 VPDPBUSD (u8 activations
-// + 128 × s8 weights, the column offsets removed in the epilogue).
+// The AVX-512 VNNI int8 register kernel of cpu/int8_gemm.hpp, the activations' quantization and
+// the peak loop: 6 rows × 64 columns of int32 sums in 24 zmm registers; per group of four inner
+// indices, four 64-byte loads of the packed panel and one 4-byte broadcast per row feed 24
+// VPDPBUSD (u8 activations + 128 × s8 weights, the column offsets removed when dequantizing).
 #include "cpu/int8_gemm.hpp"
 
 #if SKETCHCORE_INT8_X86
@@ -32,43 +32,38 @@ SKETCHCORE_VNNI512_TARGET inline __m512i dot(__m512i sum, __m512i a, __m512i b) 
   return sum;
 }
 
-/// Writes float(sum − offset) · (row scale · column scale) for the lanes of `mask`.
-SKETCHCORE_VNNI512_TARGET inline void store_dequantized(__m512i sum, __m512i offset, __m512 col_scale,
-                                                        float row_scale, float* c, __mmask16 mask) {
-  const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, offset));
-  _mm512_mask_storeu_ps(c, mask, _mm512_mul_ps(value, _mm512_mul_ps(_mm512_set1_ps(row_scale), col_scale)));
-}
-
 // The sums are named variables, one per row and vector: GCC 12 keeps an array of vectors in
 // memory (a store per VPDPBUSD), even when every index is a constant after unrolling. Rows at
 // or past R are compiled out (if constexpr).
-#define SKETCHCORE_ROW_SUMS(i) __m512i c##i##0 = zero, c##i##1 = zero, c##i##2 = zero, c##i##3 = zero;
+#define SKETCHCORE_ROW_SUMS(i)                                                       \
+  __m512i c##i##0, c##i##1, c##i##2, c##i##3;                                        \
+  if constexpr (R > i) {                                                             \
+    c##i##0 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols);            \
+    c##i##1 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols + 16);       \
+    c##i##2 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols + 32);       \
+    c##i##3 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols + 48);       \
+  }
 #define SKETCHCORE_ROW_DOT(i)                                   \
   if constexpr (R > i) {                                        \
     std::int32_t quad;                                          \
     std::memcpy(&quad, a + i * lda + 4 * g, sizeof quad);       \
     const __m512i ai = _mm512_set1_epi32(quad);                 \
-    c##i##0 = dot(c##i##0, ai, b0);                            \
-    c##i##1 = dot(c##i##1, ai, b1);                            \
-    c##i##2 = dot(c##i##2, ai, b2);                            \
-    c##i##3 = dot(c##i##3, ai, b3);                            \
+    c##i##0 = dot(c##i##0, ai, b0);                             \
+    c##i##1 = dot(c##i##1, ai, b1);                             \
+    c##i##2 = dot(c##i##2, ai, b2);                             \
+    c##i##3 = dot(c##i##3, ai, b3);                             \
   }
-#define SKETCHCORE_ROW_STORE(i, v) \
-  if constexpr (R > i) store_dequantized(c##i##v, off, cs, row_scale[i], c + i * ldc + 16 * v, mask);
-#define SKETCHCORE_VECTOR_STORE(v)                                    \
-  {                                                                   \
-    const __mmask16 mask = lanes(cols - 16 * v);                      \
-    const __m512i off = _mm512_loadu_si512(offsets + 16 * v);         \
-    const __m512 cs = _mm512_loadu_ps(col_scale + 16 * v);            \
-    SKETCHCORE_ROW_STORE(0, v) SKETCHCORE_ROW_STORE(1, v) SKETCHCORE_ROW_STORE(2, v) \
-    SKETCHCORE_ROW_STORE(3, v) SKETCHCORE_ROW_STORE(4, v) SKETCHCORE_ROW_STORE(5, v) \
+#define SKETCHCORE_ROW_STORE(i)                                       \
+  if constexpr (R > i) {                                              \
+    _mm512_store_si512(acc + i * kInt8PanelCols, c##i##0);            \
+    _mm512_store_si512(acc + i * kInt8PanelCols + 16, c##i##1);       \
+    _mm512_store_si512(acc + i * kInt8PanelCols + 32, c##i##2);       \
+    _mm512_store_si512(acc + i * kInt8PanelCols + 48, c##i##3);       \
   }
 
 template <int R>
 SKETCHCORE_VNNI512_TARGET void tile_rows(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                         const float* row_scale, const std::int8_t* panel,
-                                         const std::int32_t* offsets, const float* col_scale, float* c,
-                                         std::int64_t ldc, std::int64_t cols) {
+                                         const std::int8_t* panel, std::int32_t* acc, bool first) {
   static_assert(R >= 1 && R <= kRows);
   const __m512i zero = _mm512_setzero_si512();
   SKETCHCORE_ROW_SUMS(0) SKETCHCORE_ROW_SUMS(1) SKETCHCORE_ROW_SUMS(2)
@@ -80,32 +75,27 @@ SKETCHCORE_VNNI512_TARGET void tile_rows(std::int64_t groups, const std::uint8_t
     SKETCHCORE_ROW_DOT(0) SKETCHCORE_ROW_DOT(1) SKETCHCORE_ROW_DOT(2)
     SKETCHCORE_ROW_DOT(3) SKETCHCORE_ROW_DOT(4) SKETCHCORE_ROW_DOT(5)
   }
-  // Columns past `cols` are masked off; the offsets and scales are padded to the whole panel.
-  SKETCHCORE_VECTOR_STORE(0) SKETCHCORE_VECTOR_STORE(1) SKETCHCORE_VECTOR_STORE(2) SKETCHCORE_VECTOR_STORE(3)
+  SKETCHCORE_ROW_STORE(0) SKETCHCORE_ROW_STORE(1) SKETCHCORE_ROW_STORE(2)
+  SKETCHCORE_ROW_STORE(3) SKETCHCORE_ROW_STORE(4) SKETCHCORE_ROW_STORE(5)
 }
 
 #undef SKETCHCORE_ROW_SUMS
 #undef SKETCHCORE_ROW_DOT
 #undef SKETCHCORE_ROW_STORE
-#undef SKETCHCORE_VECTOR_STORE
 
 }  // namespace
 
 void int8_tile_avx512_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                           const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                           const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                           const std::int8_t* panel, std::int32_t* acc, bool first) {
   std::int64_t i = 0;
-  for (; i + kRows <= rows; i += kRows) {
-    tile_rows<kRows>(groups, a + i * lda, lda, row_scale + i, panel, offsets, col_scale, c + i * ldc, ldc, cols);
-  }
-  const auto rest = rows - i;
-  a += i * lda, row_scale += i, c += i * ldc;
-  switch (rest) {
-    case 1: tile_rows<1>(groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols); break;
-    case 2: tile_rows<2>(groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols); break;
-    case 3: tile_rows<3>(groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols); break;
-    case 4: tile_rows<4>(groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols); break;
-    case 5: tile_rows<5>(groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols); break;
+  for (; i + kRows <= rows; i += kRows) tile_rows<kRows>(groups, a + i * lda, lda, panel, acc + i * kInt8PanelCols, first);
+  a += i * lda, acc += i * kInt8PanelCols;
+  switch (rows - i) {
+    case 1: tile_rows<1>(groups, a, lda, panel, acc, first); break;
+    case 2: tile_rows<2>(groups, a, lda, panel, acc, first); break;
+    case 3: tile_rows<3>(groups, a, lda, panel, acc, first); break;
+    case 4: tile_rows<4>(groups, a, lda, panel, acc, first); break;
+    case 5: tile_rows<5>(groups, a, lda, panel, acc, first); break;
     default: break;
   }
 }
