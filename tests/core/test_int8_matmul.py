@@ -262,3 +262,24 @@ def test_concurrent_calls_share_factors(rng):
         ys = list(pool.map(lambda x: sketchcore.int8_sketched_matmul(x, S, U, activation="gelu"), xs))
     for x, y in zip(xs, ys):
         np.testing.assert_allclose(y, quantized_reference(x, S, U, None, "gelu", "none"), rtol=2e-6, atol=1e-5)
+
+
+def test_cuda_x_is_refused_naming_the_device(rng):
+    from _fake_dlpack import FakeProducer
+
+    S, _ = factor(rng, 4, 3)
+    U, _ = factor(rng, 3, 2)
+    x = FakeProducer(np.ones((2, 4), np.float32), device=(2, 0))  # a CUDA array, as DLPack describes it
+    with pytest.raises(NotImplementedError, match=r"int8_sketched_matmul: x: expected an array in CPU memory .*cuda:0"):
+        sketchcore.int8_sketched_matmul(x, S, U)
+
+
+def test_environment_caps_the_kernel_family():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SKETCHCORE_INT8_ISA="avx2")
+    code = "from sketchcore import _int8; print(_int8.int8_gemm_isa())"
+    chosen = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert chosen.stdout.strip().splitlines()[-1] == ("avx2" if "avx2" in ISAS else "portable")

@@ -141,6 +141,10 @@ TEST(Int8Matmul, ErrorsNameTheArgument) {
   EXPECT_THROW(sc::int8_sketched_matmul(sc::TensorView(xd.data(), sc::DType::float64, {2, 2}), f, f,
                                         sc::TensorView(y.data(), sc::DType::float32, {2, 2})),
                sc::dtype_error);
+  const sc::Device gpu{sc::DeviceType::cuda, 0};
+  EXPECT_THROW(sc::int8_sketched_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 2}, {}, gpu), f, f,
+                                        sc::TensorView(y.data(), sc::DType::float32, {2, 2}, {}, gpu)),
+               sc::device_error);
   sc::Epilogue dropout;
   dropout.dropout_p = 0.5;
   try {
