@@ -19,7 +19,6 @@
 #include "cpu/epilogue_kernels.hpp"
 #include "cpu/target_clones.hpp"
 #include "detail/parallel.hpp"
-#include "detail/scratch.hpp"
 
 namespace sketchcore::detail {
 
@@ -93,32 +92,18 @@ float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, s
   return max_abs / 127.0f;
 }
 
-/// C[i][j] = float(acc[i][j] − col_offsets[j] − row_offsets[i]) · (row_scale[i] · col_scale[j]) for
-/// i < rows, j < cols (null offsets: none), vectorised by the compiler for each instruction set.
+/// C[i][j] = float(acc[i][j] − offsets[j]) · (row_scale[i] · col_scale[j]) for i < rows, j < cols
+/// (offsets null: none), vectorised by the compiler for each instruction set.
 SKETCHCORE_CLONES void dequantize(const std::int32_t* acc, std::int64_t rows, std::int64_t cols,
-                                  const std::int32_t* col_offsets, const std::int32_t* row_offsets,
-                                  const float* row_scale, const float* col_scale, float* c, std::int64_t ldc) {
+                                  const std::int32_t* offsets, const float* row_scale, const float* col_scale, float* c,
+                                  std::int64_t ldc) {
   static constexpr std::int32_t kNoOffsets[kInt8PanelCols] = {};
-  if (!col_offsets) col_offsets = kNoOffsets;
+  if (!offsets) offsets = kNoOffsets;
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::int32_t* sums = acc + i * kInt8PanelCols;
-    const std::int32_t row_offset = row_offsets ? row_offsets[i] : 0;
     float* row = c + i * ldc;
     const float rs = row_scale[i];
-    for (std::int64_t j = 0; j < cols; ++j) {
-      row[j] = static_cast<float>(sums[j] - col_offsets[j] - row_offset) * (rs * col_scale[j]);
-    }
-  }
-}
-
-/// 128 · Σ_k a[i][k] for every row (the correction of the kernels that take the weights + 128).
-SKETCHCORE_CLONES void activation_offsets(const std::uint8_t* a, std::int64_t stride, std::int64_t rows,
-                                          std::int32_t* offsets) {
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const auto* row = reinterpret_cast<const std::int8_t*>(a + i * stride);
-    std::int32_t sum = 0;
-    for (std::int64_t k = 0; k < stride; ++k) sum += row[k];
-    offsets[i] = 128 * sum;
+    for (std::int64_t j = 0; j < cols; ++j) row[j] = static_cast<float>(sums[j] - offsets[j]) * (rs * col_scale[j]);
   }
 }
 
@@ -198,8 +183,6 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
   const std::int64_t macs_per_tile =
       std::min(rows, kTileRows) * kInt8PanelCols * std::max<std::int64_t>(4 * b.groups, 1);
   const std::int64_t grain = std::max<std::int64_t>(1, kMinParallelMacs / macs_per_tile);
-  Scratch<std::int32_t> row_offsets;
-  if (int8_isa_offsets_weights(isa)) activation_offsets(a.data, a.stride, rows, row_offsets.allocate(rows));
   parallel_for(tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
     alignas(64) std::int32_t acc[kTileRows * kInt8PanelCols];
     for (std::int64_t t = t0; t < t1; ++t) {
@@ -215,8 +198,7 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
                panel + g0 * kInt8GroupBytes, acc, g0 == 0);
       }
       float* tile = c + r0 * ldc + j0;
-      dequantize(acc, nr, nc, a.offset ? b.column_offsets + j0 : nullptr, row_offsets.data() ? row_offsets.data() + r0 : nullptr,
-                 a.scale + r0, b.scales + j0, tile, ldc);
+      dequantize(acc, nr, nc, a.offset ? b.column_offsets + j0 : nullptr, a.scale + r0, b.scales + j0, tile, ldc);
       if (act != Activation::none || bias) {
         for (std::int64_t i = 0; i < nr; ++i) activation_forward_f32(act, tile + i * ldc, bias ? bias + j0 : nullptr, nc);
       }

@@ -8,10 +8,9 @@
 // vector load gives 16 columns × 4 rows, what VPDPBUSD multiplies against four consecutive
 // activations broadcast to every lane. Rows past k and columns past n are zero.
 //
-// VPDPBUSD multiplies unsigned by signed bytes. The AVX-VNNI kernel takes the activations as
-// a + 128 (unsigned) and subtracts 128 · Σ_i q[i][j] (column_offsets) from each sum; the AVX-512
-// VNNI kernel takes the weights + 128 instead (it broadcasts signed activations from memory) and
-// subtracts 128 · Σ_k a[k] per row; the AVX2 and portable kernels multiply signed by signed. Every sum is exact in int32 (|Σ| ≤ 255·127·k < 2^31 for
+// VPDPBUSD multiplies unsigned by signed bytes, so the VNNI kernels take the activations as
+// a + 128 (unsigned) and subtract 128 · Σ_i q[i][j] (column_offsets) from each sum; the AVX2 and
+// portable kernels take them signed. Every sum is exact in int32 (|Σ| ≤ 255·127·k < 2^31 for
 // k < 66,000; the core refuses larger k).
 #pragma once
 
@@ -64,9 +63,9 @@ const char* int8_isa_name(Int8Isa isa) noexcept;
 Int8Isa active_int8_isa() noexcept;
 void set_active_int8_isa(Int8Isa isa) noexcept;
 /// Whether the family takes its activations as q + 128.
-inline bool int8_isa_offsets_activations(Int8Isa isa) noexcept { return isa == Int8Isa::avx_vnni; }
-/// Whether the family takes the weights as q + 128 (so each row's sum needs 128 · Σ a removed).
-inline bool int8_isa_offsets_weights(Int8Isa isa) noexcept { return isa == Int8Isa::avx512_vnni; }
+inline bool int8_isa_offsets_activations(Int8Isa isa) noexcept {
+  return isa == Int8Isa::avx_vnni || isa == Int8Isa::avx512_vnni;
+}
 
 /// The tile kernels of each family.
 void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,

@@ -1,8 +1,7 @@
 // The AVX-512 VNNI int8 register kernel of cpu/int8_gemm.hpp, the activations' quantization and
 // the peak loop: 6 rows × 64 columns of int32 sums in 24 zmm registers; per group of four inner
-// indices, four 64-byte loads of the packed panel (sign bits flipped: weights + 128 as u8) feed
-// 24 VPDPBUSD whose signed operand is 4 bytes of an activation row broadcast from memory (the
-// row offsets 128 · Σ a removed when dequantizing).
+// indices, four 64-byte loads of the packed panel and one 4-byte broadcast per row feed 24
+// VPDPBUSD (u8 activations + 128 × s8 weights, the column offsets removed when dequantizing).
 #include "cpu/int8_gemm.hpp"
 
 #if SKETCHCORE_INT8_X86
@@ -25,14 +24,11 @@ SKETCHCORE_VNNI512_TARGET inline __mmask16 lanes(std::int64_t count) {
   return static_cast<__mmask16>((std::uint32_t{1} << (count < 0 ? 0 : count > 16 ? 16 : count)) - 1);
 }
 
-/// sum + Σ of the four (b + 128) × a products of each lane, b the packed weights as u8 (their
-/// sign bit flipped) and a the signed activations at `a`, broadcast to every lane by the
-/// instruction itself (EVEX embedded broadcast): no separate broadcast µop per row, which left
-/// the kernel at half the VPDPBUSD peak on Zen 4. The caller subtracts 128 · Σ a per row. Written
-/// as asm with the sum tied to the result: with the intrinsic, GCC 12 also copies each sum to
-/// another register and to the stack around every VPDPBUSD.
-SKETCHCORE_VNNI512_TARGET inline __m512i dot(__m512i sum, __m512i b, const std::uint8_t* a) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sum) : "v"(b), "m"(*reinterpret_cast<const std::int32_t*>(a)));
+/// sum + Σ of the four u8 × s8 products of each lane. Written as asm with the sum tied to the
+/// result: with the intrinsic, GCC 12 copies each sum to another register and to the stack
+/// around every VPDPBUSD in the loop below (three extra moves per instruction).
+SKETCHCORE_VNNI512_TARGET inline __m512i dot(__m512i sum, __m512i a, __m512i b) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(sum) : "v"(a), "v"(b));
   return sum;
 }
 
@@ -47,13 +43,15 @@ SKETCHCORE_VNNI512_TARGET inline __m512i dot(__m512i sum, __m512i b, const std::
     c##i##2 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols + 32);       \
     c##i##3 = first ? zero : _mm512_load_si512(acc + i * kInt8PanelCols + 48);       \
   }
-#define SKETCHCORE_ROW_DOT(i)                      \
-  if constexpr (R > i) {                           \
-    const std::uint8_t* ai = a + i * lda + 4 * g;  \
-    c##i##0 = dot(c##i##0, b0, ai);                \
-    c##i##1 = dot(c##i##1, b1, ai);                \
-    c##i##2 = dot(c##i##2, b2, ai);                \
-    c##i##3 = dot(c##i##3, b3, ai);                \
+#define SKETCHCORE_ROW_DOT(i)                                   \
+  if constexpr (R > i) {                                        \
+    std::int32_t quad;                                          \
+    std::memcpy(&quad, a + i * lda + 4 * g, sizeof quad);       \
+    const __m512i ai = _mm512_set1_epi32(quad);                 \
+    c##i##0 = dot(c##i##0, ai, b0);                             \
+    c##i##1 = dot(c##i##1, ai, b1);                             \
+    c##i##2 = dot(c##i##2, ai, b2);                             \
+    c##i##3 = dot(c##i##3, ai, b3);                             \
   }
 #define SKETCHCORE_ROW_STORE(i)                                       \
   if constexpr (R > i) {                                              \
@@ -67,15 +65,13 @@ template <int R>
 SKETCHCORE_VNNI512_TARGET void tile_rows(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
                                          const std::int8_t* panel, std::int32_t* acc, bool first) {
   static_assert(R >= 1 && R <= kRows);
-  const __m512i zero = _mm512_setzero_si512(), sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
   SKETCHCORE_ROW_SUMS(0) SKETCHCORE_ROW_SUMS(1) SKETCHCORE_ROW_SUMS(2)
   SKETCHCORE_ROW_SUMS(3) SKETCHCORE_ROW_SUMS(4) SKETCHCORE_ROW_SUMS(5)
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int8_t* b = panel + g * kInt8GroupBytes;
-    const __m512i b0 = _mm512_xor_si512(_mm512_load_si512(b), sign);
-    const __m512i b1 = _mm512_xor_si512(_mm512_load_si512(b + 64), sign);
-    const __m512i b2 = _mm512_xor_si512(_mm512_load_si512(b + 128), sign);
-    const __m512i b3 = _mm512_xor_si512(_mm512_load_si512(b + 192), sign);
+    const __m512i b0 = _mm512_load_si512(b), b1 = _mm512_load_si512(b + 64);
+    const __m512i b2 = _mm512_load_si512(b + 128), b3 = _mm512_load_si512(b + 192);
     SKETCHCORE_ROW_DOT(0) SKETCHCORE_ROW_DOT(1) SKETCHCORE_ROW_DOT(2)
     SKETCHCORE_ROW_DOT(3) SKETCHCORE_ROW_DOT(4) SKETCHCORE_ROW_DOT(5)
   }
