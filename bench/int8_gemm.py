@@ -26,14 +26,32 @@ import json
 import os
 import platform
 import statistics
+import sys
 import threading
 import time
 
-import numpy as np
-import torch
 
-import sketchcore
-from sketchcore import _int8
+def _threads_argument() -> str:
+    """--threads N as given (before NumPy and torch load: their BLAS and OpenMP pools read the
+    environment once), else the CPU count."""
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return str(os.cpu_count() or 1)
+
+
+# Every thread pool the same size as sketchcore's: a BLAS pool of 2 busy-waiting threads beside
+# a 1-thread run slows both down badly on a loaded 2-core machine.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, _threads_argument())
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import sketchcore  # noqa: E402
+from sketchcore import _int8  # noqa: E402
 
 SHAPES = [  # (rows, d_in, rank, d_out)
     (1, 1024, 256, 1024),
