@@ -37,6 +37,7 @@ cdef class Int8Factor:
     The factor's value is ``q[i, j] * scale[j]``. Construction copies ``q`` into the kernels'
     layout (64-column panels, four rows of a column in 4 bytes) and computes the column sums
     the kernels need; the object owns that memory, is immutable and may be shared by threads.
+    ``shape`` is ``(k, n)``; ``nbytes``, ``q`` and ``scale`` are described below.
 
     Parameters
     ----------

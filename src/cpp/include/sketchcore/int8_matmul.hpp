@@ -76,8 +76,9 @@ SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const
 /// Dropout is not supported (epilogue.dropout_p must be 0). Runs on sketchcore's workers with
 /// the kernels of int8_gemm_isa(). Thread safety: concurrent calls are safe when their outputs
 /// do not overlap.
-/// @throws shape_error, dtype_error, device_error as int8_sketched_matmul_output_shape, and for
-///         a wrong `out` or `epilogue.bias`
+/// @throws shape_error  as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws dtype_error  as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws device_error as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
 /// @throws std::invalid_argument for a dropout probability other than 0 or a non-finite scale
 SKETCHCORE_API void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U,
                                          const TensorView& out, const Epilogue& epilogue = {});
@@ -99,11 +100,12 @@ SKETCHCORE_API void set_int8_gemm_isa(const std::string& name);
 /// @throws std::invalid_argument for an unknown name
 SKETCHCORE_API bool int8_gemm_isa_supported(const std::string& name);
 
-/// Times `iterations` VPDPBUSD instructions on 24 independent accumulators in registers
-/// on the calling thread and returns int8 multiply-adds per second (one VPDPBUSD on 512-bit
-/// vectors = 64 of them): the single-core int8 peak of the family `name` that the GEMM is
-/// measured against. Returns 0 for families without a dot-product instruction ("avx2",
-/// "portable" time their multiply-add sequence instead).
+/// Times `iterations` rounds of 24 (AVX-512) or 12 (AVX-VNNI) VPDPBUSD on independent accumulators in registers (asm:
+/// no loads, nothing the compiler can fold) on the calling thread and returns int8
+/// multiply-adds per second of wall-clock time (one VPDPBUSD on 512-bit vectors = 64 of them,
+/// on 256-bit vectors 32): the single-thread peak of the family `name` that the GEMM is
+/// measured against (bench/int8_gemm.py). Returns 0 for "avx2" and "portable", which have no
+/// dot-product instruction.
 /// @throws std::invalid_argument as set_int8_gemm_isa
 SKETCHCORE_API double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations);
 
