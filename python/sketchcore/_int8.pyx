@@ -24,7 +24,10 @@ def _as_numpy(obj, str op, str name):
         if obj.device.type != "cpu":
             raise NotImplementedError(f"{op}: {name}: expected a CPU array (the int8 factors are packed for the "
                                       f"CPU kernels; no CUDA int8 path yet), got a tensor on {obj.device}")
-        return obj.detach().numpy()
+        obj = obj.detach()
+        if str(obj.dtype) == "torch.bfloat16":
+            obj = obj.float()  # NumPy has no bfloat16; the float32 values are exact
+        return obj.numpy()
     if hasattr(obj, "__dlpack__"):
         return numpy.from_dlpack(obj)
     raise TypeError(f"{op}: {name}: expected an array (NumPy, torch or another DLPack producer), "

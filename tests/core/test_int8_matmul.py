@@ -72,6 +72,15 @@ def test_quantize_int8_matches_the_documented_formula(rng):
     assert (np.abs(q * scale.astype(np.float64) - w) <= scale / 2 * (1 + 1e-5)).all()
 
 
+def test_quantize_int8_takes_torch_weights_of_any_float_dtype(rng):
+    w = torch.from_numpy(rng.standard_normal((9, 5)).astype(np.float32)).requires_grad_()
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        q, scale = sketchcore.quantize_int8(w.to(dtype))
+        expected = sketchcore.quantize_int8(w.detach().to(dtype).float().numpy())
+        np.testing.assert_array_equal(q, expected[0])
+        np.testing.assert_array_equal(scale, expected[1])
+
+
 def test_factor_round_trips_values_scales_and_reports_its_size(rng):
     q = rng.integers(-127, 128, size=(13, 70), dtype=np.int8)
     scale = rng.random(70).astype(np.float32)
