@@ -80,3 +80,14 @@ with sketchcore.gated_path("cuda_padded_inner_width", True):
 sketchcore.set_gated_path("cuda_performer_kernels", None)
 opened: bool = sketchcore.gated_path_enabled("cuda_performer_kernels")
 print(gate_names, width, opened)
+
+# The int8 sketched GEMM.
+q8, s8 = sketchcore.quantize_int8(np.ones((4, 3), np.float32))
+f8 = sketchcore.Int8Factor(q8, s8)
+g8 = sketchcore.Int8Factor(*sketchcore.quantize_int8(np.ones((3, 5), np.float32)))
+k8, n8 = f8.shape
+y8: npt.NDArray[np.float32] = sketchcore.int8_sketched_matmul(
+    np.ones((2, 4), np.float32), f8, g8, bias=None, activation="relu", inner_activation="silu"
+)
+packed_bytes: int = f8.nbytes + g8.q.size + int(g8.scale.size)
+print(k8, n8, y8.shape, packed_bytes)
