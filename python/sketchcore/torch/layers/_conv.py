@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.layers._layer_state import SketchedLayer
-from sketchcore.torch.layers._sklinear import _positive_int
+from sketchcore.torch._common import positive_int
 
 IntPair = Union[int, tuple[int, int]]
 
@@ -187,10 +187,10 @@ class SKConv2d(SketchedLayer):
         super().__init__()
         if init not in ("panther", "svd"):
             raise ValueError(f"SKConv2d: init: expected 'panther' or 'svd', got {init!r}")
-        self.in_channels = _positive_int(in_channels, "in_channels", "SKConv2d")
-        self.out_channels = _positive_int(out_channels, "out_channels", "SKConv2d")
-        self.num_terms = _positive_int(num_terms, "num_terms", "SKConv2d")
-        self.low_rank = _positive_int(low_rank, "low_rank", "SKConv2d")
+        self.in_channels = positive_int(in_channels, "in_channels", "SKConv2d")
+        self.out_channels = positive_int(out_channels, "out_channels", "SKConv2d")
+        self.num_terms = positive_int(num_terms, "num_terms", "SKConv2d")
+        self.low_rank = positive_int(low_rank, "low_rank", "SKConv2d")
         self.kernel_size = _pair(kernel_size, "kernel_size", 1)
         self.stride = _pair(stride, "stride", 1)
         self.dilation = _pair(dilation, "dilation", 1)
