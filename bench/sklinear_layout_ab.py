@@ -16,7 +16,7 @@ def old_layout(layer):
     layer.S1s.data, layer._buffers["U2s"] = S[:T], S[T:]
 for (b, d_in, d_out, T, k) in [(4096, 4096, 4096, 1, 128), (1024, 2048, 2048, 4, 32), (256, 1024, 1024, 8, 16)]:
     new = sct.SKLinear(d_in, d_out, T, k); old = copy.deepcopy(new); old._pack_factors(); old_layout(old)
-    assert sct._ops._joined_in_place(old.U1s, old.S2s) and sct._ops._joined_in_place(old.S1s, old.U2s)
+    assert sct.ops._ops._joined_in_place(old.U1s, old.S2s) and sct.ops._ops._joined_in_place(old.S1s, old.U2s)
     assert not old.S1s.is_contiguous() and new.S1s.is_contiguous()
     x = torch.randn(b, d_in)
     ratios = []

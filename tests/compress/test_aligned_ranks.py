@@ -17,7 +17,7 @@ from sketchcore import _ranks
 
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
-from sketchcore.torch.compress._convert_linear import choose_rank  # noqa: E402  (needs torch)
+from sketchcore.torch.compress._plan import ConversionPlan  # noqa: E402  (needs torch)
 
 
 def picked(rank):
@@ -63,7 +63,7 @@ def test_aligned_ranks_lists_exactly_the_picked_ranks():
     (64, 64, "lowrank", None, 0.1, 3),          # a tiny layer: 3.2, below any granule
 ])
 def test_param_ratio_picks_the_aligned_rank_the_issue_names(n_in, n_out, layer, terms, ratio, expected):
-    rank, reason = choose_rank(n_in, n_out, layer, terms, None, None, ratio, None)
+    rank, reason = ConversionPlan.of(num_terms=terms, param_ratio=ratio, layer=layer).rank(n_in, n_out, layer)
     assert (rank, reason) == (expected, "")
     unit = (n_in + n_out) * (terms or 1)
     assert rank * unit <= ratio * n_in * n_out

@@ -209,7 +209,8 @@ def test_torch_inner_activation_takes_the_composite_formula_on_a_gated_device(mo
     device: closed, LowRankLinear and sketched_linear equal the composite bit for bit, gradients
     included; open, they run the fused kernels (equal within rounding)."""
     torch = pytest.importorskip("torch")
-    from sketchcore.torch import LowRankLinear, _functional, sketched_linear
+    from sketchcore.torch import LowRankLinear, sketched_linear
+    from sketchcore.torch.ops import _functional
     from sketchcore.torch.ops._second_order import composite
     cuda, cpu = torch.empty(0, device="meta"), torch.empty(0)
     monkeypatch.setattr(_functional, "_GATED_DEVICES", ("meta",))

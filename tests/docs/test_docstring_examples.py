@@ -33,6 +33,7 @@ MODULES = [
     "sketchcore.torch.layers._attention",
     "sketchcore.torch.layers._conv",
     "sketchcore.torch.compress._convert",
+    "sketchcore.torch.compress._restore",
     "sketchcore.torch.ops._functional",
     "sketchcore.torch.layers._lowrank",
     "sketchcore.torch.layers._sklinear",

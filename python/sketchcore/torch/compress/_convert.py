@@ -1,31 +1,30 @@
 """Compressing a trained model: ``sketch_model`` replaces its linear maps (``nn.Linear``,
-``transformers``' ``Conv1D``, any type given to ``register_linear``) by sketched layers — by
-fixed size, parameter ratio or error tolerance, from the weights or from calibration data —
-and returns a report; ``restore_model`` rebuilds a compressed model from its state_dict."""
+``transformers``' ``Conv1D``, any type given to ``register_linear``), and on request its
+convolutions and attention, by sketched layers — by fixed size, parameter ratio or error
+tolerance, from the weights or from calibration data — and returns a report.
+
+Data flows one way: the arguments become a frozen :class:`ConversionPlan` (validated once, it
+chooses the ranks); each matched module goes to the handler of its kind, which selects it and
+later converts it; the report is built from the rows the handlers return."""
 from __future__ import annotations
 
-import fnmatch
-import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Optional
 
-import torch
+import torch  # noqa: F401 - the docstring examples use it
 from torch import Tensor, nn
 
-from sketchcore.torch.compress import _calibrate, _whitened
-from sketchcore.torch.layers import _factors
-from sketchcore.torch.layers._attention import RandMultiHeadAttention, make_performer
-from sketchcore.torch.layers._conv import SKConv2d, _check_convertible
-from sketchcore.torch.compress._convert_linear import build, choose_rank, dense_equivalent
-from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
-from sketchcore.torch.layers._lowrank import LowRankLinear
-from sketchcore.torch.layers._sklinear import SKLinear
-from sketchcore.torch.compress._pretraining import check_pretraining_options
-from sketchcore.torch.compress._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
+from sketchcore.torch.compress import _calibrate
+from sketchcore.torch.compress._handle_attention import AttentionHandler
+from sketchcore.torch.compress._handle_conv import ConvHandler
+from sketchcore.torch.compress._handle_linear import LinearHandler
+from sketchcore.torch.compress._handlers import Job, Skip, handler_for, handlers, register_handler
+from sketchcore.torch.compress._plan import ConversionPlan
+from sketchcore.torch.compress._registry import register_linear
 from sketchcore.torch.compress._report import ConversionReport, LayerReport
-from sketchcore.torch.compress._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
+from sketchcore.torch.compress._restore import restore_model
+from sketchcore.torch.compress._surgery import parameter_names, replace, set_module
 
 __all__ = ["ConversionReport", "LayerReport", "register_linear", "restore_model", "sketch_model"]
 
@@ -33,15 +32,9 @@ __all__ = ["ConversionReport", "LayerReport", "register_linear", "restore_model"
 #: relative output error.
 ATTENTION_WARNING = 0.1
 
-
-@dataclass
-class _Linear:
-    """A linear map chosen for conversion."""
-
-    name: str
-    module: nn.Module
-    M: Tensor  # in × out
-    bias: Optional[Tensor]
+# The order in which handlers claim a module and convert their modules (the report's order).
+for _handler in (AttentionHandler(), LinearHandler(), ConvHandler()):
+    register_handler(_handler)
 
 
 def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Optional[int] = None, *,
@@ -186,89 +179,62 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     if not isinstance(model, nn.Module):
         hint = " (a state_dict: build the model, load it, and pass the model)" if isinstance(model, Mapping) else ""
         raise TypeError(f"sketch_model: model: expected a torch.nn.Module, got {type(model).__name__}{hint}")
-    sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
-    attention_only = sizes == 0 and attention is not None and not conv2d
-    if sizes != 1 and not attention_only:
-        raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio (or none with "
-                         f"only attention=), got low_rank={low_rank!r}, tolerance={tolerance!r}, "
-                         f"param_ratio={param_ratio!r}")
-    if layer is None:
-        layer = "sklinear" if num_terms is not None or conv2d else "lowrank"
-    if layer not in ("sklinear", "lowrank"):
-        raise ValueError(f"sketch_model: layer: expected 'sklinear' or 'lowrank', got {layer!r}")
-    if not attention_only and layer == "sklinear" and (num_terms is None or isinstance(num_terms, bool)
-                                                       or not isinstance(num_terms, int) or num_terms < 1):
-        raise ValueError(f"sketch_model: num_terms: expected an integer ≥ 1 for layer='sklinear', got {num_terms!r}")
-    if attention is not None and (isinstance(attention, bool) or not isinstance(attention, int) or attention < 1):
-        raise ValueError(f"sketch_model: attention: expected a number of random features ≥ 1, got {attention!r}")
-    if conv2d and layer != "sklinear":
-        raise ValueError(f"sketch_model: conv2d: convolutions become SKConv2d, which needs layer='sklinear', "
-                         f"got layer={layer!r}")
-    if tolerance is not None and not 0.0 <= tolerance < 1.0:
-        raise ValueError(f"sketch_model: tolerance: expected a number in [0, 1), got {tolerance!r}")
-    if param_ratio is not None and not 0.0 < param_ratio <= 1.0:
-        raise ValueError(f"sketch_model: param_ratio: expected a number in (0, 1] (new parameters / dense "
-                         f"parameters; above 1 the model would grow), got {param_ratio!r}")
-    if tied not in ("keep", "untie"):
-        raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
-    check_pretraining_options(layer, init, inner_activation, calibration)
-    if inner_activation is not None:
-        kwargs = {**kwargs, "inner_activation": inner_activation}
+    plan = ConversionPlan.of(num_terms=num_terms, low_rank=low_rank, tolerance=tolerance, param_ratio=param_ratio,
+                             layer=layer, include=include, exclude=exclude, init=init, conv2d=conv2d,
+                             attention=attention, calibrated=calibration is not None, tied=tied,
+                             inner_activation=inner_activation, layer_options=kwargs)
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
-    include = list(include) if include is not None else None
-    exclude = list(exclude or ())
-    report = ConversionReport()
-    names = parameter_names(model)
-    linears: list[_Linear] = []
-    convs: list[tuple[str, nn.Conv2d]] = []
-    performers: dict[str, nn.Module] = {}  # name → its Performer, built now, swapped in after calibration
-    for name, module in list(model.named_modules()):
-        if not name or (include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include)):
-            continue
-        if any(fnmatch.fnmatchcase(name, p) for p in exclude):
-            continue
-        if any(name.startswith(prefix + ".") for prefix in performers):
-            continue  # inside an attention module being replaced (its out_proj)
-        if attention is not None and type(module) is nn.MultiheadAttention:
-            performer = _performer(name, module, attention, report)
-            if performer is not None:
-                performers[name] = performer
-            continue
-        if conv2d and type(module) is nn.Conv2d:
-            convs.append((name, module))
-            continue
-        if attention_only:
-            continue
-        spec = spec_of(module)
-        if spec is None:
-            why = unregistered_subclass(module)
-            if why:
-                report.skipped.append((name, why))
-            continue
-        linear = _candidate(name, module, spec, names, tied, report)
-        if linear is not None:
-            linears.append(linear)
+    return convert(model, plan, batches)
 
+
+def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]) -> ConversionReport:
+    """Carries out ``plan`` on ``model`` (calibrated on ``batches`` when given) and reports."""
+    report = ConversionReport()
+    jobs = _select(model, plan, report)
     grams: dict[str, Tensor] = {}
-    if batches is not None and linears:
-        grams = _calibrate.collect_grams(model, {c.name: (c.module, c.M.shape[0]) for c in linears}, batches)
-    for c in linears:
-        _replace_linear(model, c, grams.get(c.name), batches is not None, layer, num_terms, low_rank, tolerance,
-                        param_ratio, init, kwargs, report)
-    for name, conv in convs:
-        _replace_conv(model, name, conv, num_terms, low_rank, tolerance, param_ratio, init, report)
-    for name, performer in performers.items():
-        replace(model, name, report.replaced[name].original or performer, performer)
-    if performers:
-        no_fused_encoders(model)
+    wanting = {job.name: (job.module, job.gram_width) for job in jobs if job.gram_width is not None}
+    if batches is not None and wanting:
+        grams = _calibrate.collect_grams(model, wanting, batches)
+    for handler in handlers():  # each kind in turn, in registration order
+        mine = [job for job in jobs if job.handler is handler]
+        for job in mine:
+            new, row = handler.convert(job, plan, grams.get(job.name))
+            if new is None:
+                report.kept.append(row)
+                continue
+            replace(model, job.name, job.module, new)
+            report.replaced[job.name] = row
+        if mine:
+            handler.finish(model)
     if batches is not None:
-        _measure(model, batches, tolerance, report)
+        _measure(model, batches, plan.tolerance, report)
     if not report.replaced:
-        _warn_nothing_replaced(report, include, exclude)
+        _warn_nothing_replaced(report, plan)
     return report
 
 
-def _warn_nothing_replaced(report: ConversionReport, include: Optional[list[str]], exclude: list[str]) -> None:
+def _select(model: nn.Module, plan: ConversionPlan, report: ConversionReport) -> list[Job]:
+    """The jobs of the matched modules, in model order; the kept and skipped ones go to ``report``."""
+    shared = parameter_names(model)
+    jobs: list[Job] = []
+    owners: list[str] = []  # names of selected modules whose children go with them
+    for name, module in list(model.named_modules()):
+        if not name or not plan.matches(name) or any(name.startswith(owner + ".") for owner in owners):
+            continue
+        handler = handler_for(module, plan)
+        selected = handler.select(name, module, plan, shared) if handler is not None else None
+        if isinstance(selected, Job):
+            jobs.append(selected)
+            if selected.handler.owns_children:
+                owners.append(name)
+        elif isinstance(selected, LayerReport):
+            report.kept.append(selected)
+        elif isinstance(selected, Skip):
+            report.skipped.append((selected.name, selected.why))
+    return jobs
+
+
+def _warn_nothing_replaced(report: ConversionReport, plan: ConversionPlan) -> None:
     """A conversion that changes nothing is almost always a mistake (a pattern that matches no
     layer, a budget too small for every layer): say so, with the reasons the report holds."""
     if report.kept:
@@ -276,113 +242,10 @@ def _warn_nothing_replaced(report: ConversionReport, include: Optional[list[str]
         more = f" (and {len(report.kept) - 3} more)" if len(report.kept) > 3 else ""
         detail = f"every matched layer was kept dense ({why}{more})"
     else:
-        detail = (f"no convertible layer matched include={include!r}, exclude={exclude!r}"
+        include = list(plan.include) if plan.include is not None else None
+        detail = (f"no convertible layer matched include={include!r}, exclude={list(plan.exclude)!r}"
                   + (f"; skipped: {', '.join(name for name, _ in report.skipped[:3])}" if report.skipped else ""))
-    warnings.warn(f"sketch_model: no layer was replaced: {detail}", UserWarning, stacklevel=3)
-
-
-def _candidate(name: str, module: nn.Module, spec: LinearSpec, names: dict[int, list[str]], tied: str,
-               report: ConversionReport) -> Optional[_Linear]:
-    """The linear map to convert, or None after recording why it stays (tied, malformed)."""
-    try:
-        M, bias = read_linear(module, spec)
-    except ValueError as error:
-        report.kept.append(LayerReport(name, "kept dense", 0, 0, 0, params(module), params(module), 0, 0, 0.0, None,
-                                       str(error)))
-        return None
-    n_in, n_out = M.shape
-    weight = getattr(module, spec.weight)
-    reason = tied_reason(weight, f"{name}.{spec.weight}", names)
-    if reason and tied == "keep":
-        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, params(module), params(module),
-                                       2 * n_in * n_out, 2 * n_in * n_out, 0.0, None, reason))
-        return None
-    return _Linear(name, module, M, bias)
-
-
-def _replace_linear(model: nn.Module, c: _Linear, gram: Optional[Tensor], calibrated: bool, layer: str,
-                    num_terms: Optional[int], low_rank: Optional[int], tolerance: Optional[float],
-                    param_ratio: Optional[float], init: str, kwargs: dict[str, Any], report: ConversionReport) -> None:
-    """sketch_model's step for one linear map: a LowRankLinear or SKLinear, or kept dense with the reason."""
-    n_in, n_out = c.M.shape
-    flops_dense = 2 * n_in * n_out
-    size = params(c.module)
-    if calibrated and gram is None:
-        report.kept.append(LayerReport(c.name, "kept dense", n_in, n_out, 0, size, size, flops_dense, flops_dense,
-                                       0.0, None, "never called on the calibration inputs", 0.0))
-        return
-    s: Optional[Tensor] = None
-    Vt: Optional[Tensor] = None
-    if gram is not None:
-        s, Vt = _whitened.whitened_svd(c.M, gram)
-    whitened = s
-
-    def tolerance_rank() -> int:
-        assert tolerance is not None
-        if whitened is not None:
-            return _whitened.rank_for_output_tolerance(whitened, tolerance)[0]
-        return _factors.rank_for_tolerance(c.M, tolerance)[0]
-
-    rank, reason = choose_rank(n_in, n_out, layer, num_terms, low_rank, tolerance, param_ratio, tolerance_rank)
-    if reason:
-        report.kept.append(LayerReport(c.name, "kept dense", n_in, n_out, 0, size, size, flops_dense, flops_dense,
-                                       0.0, None, reason, 0.0 if calibrated else None))
-        return
-    if layer == "lowrank":
-        rank = min(rank, n_in, n_out)
-        flops = 2 * rank * (n_in + n_out)
-    else:
-        assert num_terms is not None
-        flops = 2 * 2 * num_terms * rank * (n_in + n_out)
-    weight = c.M
-    new = build(c.M, c.bias, layer, rank, num_terms, init, Vt, weight.dtype, weight.device, kwargs)
-    approximation = dense_equivalent(new)
-    output_error = _whitened.output_error(approximation, c.M, gram) if gram is not None else None
-    replace(model, c.name, c.module, new)
-    # init="random" approximates no weight (a model to pretrain): its weight error is unknown (NaN).
-    weight_error = math.nan if init == "random" else _factors.relative_error(approximation, c.M)
-    report.replaced[c.name] = LayerReport(c.name, type(new).__name__, n_in, n_out, rank, size, params(new),
-                                          flops_dense, flops, weight_error, c.module, "", output_error,
-                                          getattr(new, "inner_activation", "none"))
-
-
-def _replace_conv(model: nn.Module, name: str, conv: nn.Conv2d, num_terms: Any, low_rank: Optional[int],
-                  tolerance: Optional[float], param_ratio: Optional[float], init: str, report: ConversionReport) -> None:
-    """sketch_model's step for one nn.Conv2d: an SKConv2d, or kept dense with the reason."""
-    M = conv.weight.detach().reshape(conv.out_channels, -1).t()
-    n_in, n_out = M.shape
-    flops_dense = 2 * n_in * n_out
-    try:
-        _check_convertible(conv)  # SKConv2d's own refusals (groups, padding modes)
-        rank, reason = choose_rank(n_in, n_out, "skconv2d", num_terms, low_rank, tolerance, param_ratio,
-                                   lambda: _factors.rank_for_tolerance(M, tolerance or 0.0)[0])
-    except ValueError as error:
-        rank, reason = 0, str(error)
-    if reason:
-        report.kept.append(LayerReport(name, "kept dense", n_in, n_out, 0, params(conv), params(conv), flops_dense,
-                                       flops_dense, 0.0, None, reason))
-        return
-    new = SKConv2d.fromTorch(conv, num_terms, rank, init=init)
-    replace(model, name, conv, new)
-    report.replaced[name] = LayerReport(name, "SKConv2d", n_in, n_out, rank, params(conv), params(new), flops_dense,
-                                        2 * 2 * num_terms * rank * (n_in + n_out),
-                                        _factors.relative_error(new.weight, conv.weight), conv)
-
-
-def _performer(name: str, mha: nn.MultiheadAttention, features: int, report: ConversionReport) -> Optional[nn.Module]:
-    """sketch_model's step for one nn.MultiheadAttention: its Performer attention (recorded as
-    replaced; swapped in later), or None after recording why it is kept."""
-    E = mha.embed_dim
-    projections = 2 * 4 * E * E  # per token: q, k, v and output projections (the attention itself grows with L)
-    try:
-        new = make_performer(mha, features)
-    except ValueError as error:
-        report.kept.append(LayerReport(name, "kept dense", E, E, 0, params(mha), params(mha), projections,
-                                       projections, 0.0, None, str(error)))
-        return None
-    report.replaced[name] = LayerReport(name, "RandMultiHeadAttention", E, E, features, params(mha), params(new),
-                                        projections, projections, float("nan"), mha)
-    return new
+    warnings.warn(f"sketch_model: no layer was replaced: {detail}", UserWarning, stacklevel=4)
 
 
 def _measure(model: nn.Module, batches: list[Any], tolerance: Optional[float], report: ConversionReport) -> None:
@@ -407,89 +270,4 @@ def _measure(model: nn.Module, batches: list[Any], tolerance: Optional[float], r
                           f"relative output error of {error:.3f} on the calibration inputs, above "
                           f"{'the tolerance' if tolerance is not None else 'the warning level'} {limit} (FAVOR+ "
                           "approximates sharp softmax attention poorly and improves only slowly with more features; "
-                          f"model output error: {report.output_error})", UserWarning, stacklevel=3)
-
-
-
-_LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
-           "RandMultiHeadAttention": RandMultiHeadAttention}
-
-
-def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
-    """Loads a compressed model's ``state_dict`` into ``model`` built with its original (dense)
-    architecture: every layer the state_dict records as a sketchcore layer (its configuration in
-    the state_dict's metadata, which ``torch.save``/``torch.load`` keep) is first replaced by an
-    empty one of the saved configuration, then the whole state_dict is loaded. A state_dict
-    without metadata (Panther's, or a plain ``dict`` copy) still restores: an ``nn.Linear`` whose
-    ``weight`` is missing and whose S1s/S2s/U1s/U2s (or S/U) are present becomes an SKLinear (or
-    LowRankLinear) of those shapes, without activation or dropout. No dense weight or conversion is
-    needed.
-
-    Parameters
-    ----------
-    model : nn.Module
-        The original (dense) architecture; modified in place.
-    state_dict : Mapping[str, Any]
-        A compressed model's ``state_dict()``.
-    strict : bool
-        Passed to ``load_state_dict``.
-
-    Returns
-    -------
-    nn.Module
-        ``model``.
-
-    Raises
-    ------
-    RuntimeError
-        From ``load_state_dict``: missing or unexpected keys (with ``strict``), shape mismatches.
-    AttributeError
-        A recorded layer name that ``model`` does not have (``get_submodule``).
-
-    Examples
-    --------
-    >>> _ = torch.manual_seed(0)
-    >>> model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
-    >>> _ = sketch_model(model, low_rank=4)
-    >>> fresh = restore_model(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)),
-    ...                       model.state_dict())
-    >>> type(fresh[0]).__name__
-    'LowRankLinear'
-    >>> x = torch.randn(3, 16)
-    >>> torch.equal(fresh(x), model(x))
-    True
-    """
-    configs = {**inferred_linear_configs(model, state_dict), **saved_layer_configs(state_dict)}
-    for name, saved in configs.items():
-        config = dict(saved)
-        cls = _LAYERS.get(config.pop("sketchcore"))
-        if cls is None:
-            continue
-        old = model.get_submodule(name)
-        reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
-        placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
-        if cls is RandMultiHeadAttention:
-            attention = RandMultiHeadAttention(config["embed_dim"], config["num_heads"], config["num_random_features"],
-                                               config["dropout"], config["bias"], config["kernel_fn"],
-                                               config["iscausal"], seed=config["seed"], **placement)
-            attention.batch_first = config.get("batch_first", True)
-            set_module(model, name, attention)
-            continue
-        if cls is SKConv2d:
-            new: nn.Module = SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
-                                      tuple(config["stride"]), tuple(config["padding"]), config["bias"],
-                                      config["num_terms"], config["low_rank"], dilation=tuple(config["dilation"]),
-                                      **placement)
-        elif cls is SKLinear:
-            new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
-                           bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
-                           init="linear", **placement)  # the cheapest init: the state_dict replaces the factors
-            new.init = config.get("init", "panther")
-        else:
-            new = LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
-                                activation=config["activation"], dropout=config.get("dropout", 0.0),
-                                inner_activation=config.get("inner_activation"), **placement)
-        set_module(model, name, new)
-    no_fused_encoders(model)
-    model.load_state_dict(state_dict, strict=strict)
-    return model
+                          f"model output error: {report.output_error})", UserWarning, stacklevel=4)

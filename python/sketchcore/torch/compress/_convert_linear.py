@@ -1,7 +1,7 @@
-"""Converting one linear map (an ``nn.Linear``, a ``Conv1D`` or any registered type, given as
-M = Wᵀ (in × out) and its bias) into a ``LowRankLinear`` or an ``SKLinear``: sized by rank,
-parameter ratio or tolerance, with factors from the weight's SVD or, given the Gram matrix of
-calibration activations, from the whitened truncation that minimises the output error."""
+"""Building the layer that replaces one linear map (given as M = Wᵀ (in × out) and its bias): a
+``LowRankLinear`` or an ``SKLinear`` of a given rank, with factors from the weight's SVD or,
+given the whitened output directions of calibration activations, from the whitened truncation
+that minimises the output error; and the dense matrix a built layer computes."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -9,56 +9,11 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from sketchcore import _ranks
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.compress import _whitened
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 from sketchcore.torch.compress._pretraining import random_balanced_factors
-
-
-def per_rank(layer: str, n_in: int, n_out: int, num_terms: Optional[int]) -> int:
-    """Learnable parameters per unit of rank (per unit of k for SKLinear/SKConv2d)."""
-    if layer == "sklinear":
-        assert num_terms is not None
-        return (n_in + n_out) * num_terms
-    if layer == "skconv2d":
-        assert num_terms is not None
-        return 2 * num_terms * n_in
-    return n_in + n_out
-
-
-def choose_rank(n_in: int, n_out: int, layer: str, num_terms: Optional[int], low_rank: Optional[int],
-                tolerance: Optional[float], param_ratio: Optional[float], tolerance_rank: Any) -> tuple[int, str]:
-    """The rank (k per term for SKLinear/SKConv2d) and, when the layer should stay dense, the
-    reason. ``tolerance_rank()`` gives the smallest total rank meeting the tolerance (from
-    the weight's or the whitened singular values), called only when sizing by tolerance.
-
-    A rank the caller fixes (``low_rank``) is kept as given; a chosen one follows
-    :mod:`sketchcore._ranks` (multiples of 64 from 256, else of 16): rounded down within the
-    ``param_ratio`` budget, rounded up to meet the tolerance while the layer stays smaller
-    than dense."""
-    dense = n_in * n_out
-    unit = per_rank(layer, n_in, n_out, num_terms)
-    if low_rank is not None:
-        return low_rank, ""
-    full = min(n_in, n_out) if layer == "lowrank" else dense  # a LowRankLinear is full rank at min(in, out)
-    if param_ratio is not None:
-        rank = _ranks.aligned_rank_within(min(int(param_ratio * dense // unit), full))
-        return (rank, "") if rank >= 1 else (0, f"no rank ≥ 1 fits param_ratio={param_ratio}")
-    assert tolerance is not None
-    needed = int(tolerance_rank())
-    if layer in ("sklinear", "skconv2d"):
-        assert num_terms is not None
-        needed = -(-needed // (2 * num_terms))  # k per term: 2·T·k singular directions
-    break_even = -(-dense // unit)  # the smallest rank with no fewer parameters than dense
-    if needed >= break_even:
-        return 0, f"tolerance {tolerance} needs rank {needed}, not fewer parameters than dense"
-    rank = _ranks.aligned_rank_at_least(needed, below=break_even)
-    if rank is None:
-        return 0, (f"tolerance {tolerance} needs rank {needed}, and the next rank the GPU kernels like is not fewer "
-                   f"parameters than dense")
-    return rank, ""
 
 
 def build(M: Tensor, bias: Optional[Tensor], layer: str, rank: int, num_terms: Optional[int], init: str,

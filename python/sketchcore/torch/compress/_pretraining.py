@@ -2,7 +2,7 @@
 combinations it refuses, and the balanced random factors it draws for a freshly initialised model."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -10,7 +10,7 @@ from torch import Tensor
 import sketchcore
 
 
-def check_pretraining_options(layer: str, init: str, inner_activation: Optional[str], calibration: Any) -> None:
+def check_pretraining_options(layer: str, init: str, inner_activation: Optional[str], calibrated: bool) -> None:
     """The refusals of ``init="random"`` and ``inner_activation`` (sketch_model's Raises)."""
     valid = sketchcore.ACTIVATIONS
     if inner_activation is not None and inner_activation not in valid:
@@ -26,7 +26,7 @@ def check_pretraining_options(layer: str, init: str, inner_activation: Optional[
     if init == "random" and layer != "lowrank":
         raise ValueError(f"sketch_model: init: 'random' draws LowRankLinear factors, expected layer='lowrank', "
                          f"got layer={layer!r}")
-    if init == "random" and calibration is not None:
+    if init == "random" and calibrated:
         raise ValueError("sketch_model: calibration: expected None with init='random' (random factors do not "
                          "depend on the data)")
 

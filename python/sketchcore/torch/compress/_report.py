@@ -9,6 +9,7 @@ from typing import Optional
 
 from torch import nn
 
+from sketchcore.torch.compress._surgery import params
 
 @dataclass
 class LayerReport:
@@ -69,6 +70,22 @@ class LayerReport:
     output_error: Optional[float] = None
     #: σ of a LowRankLinear(inner_activation=...) built for pretraining; "none" otherwise
     inner_activation: str = "none"
+
+    @classmethod
+    def kept_dense(cls, name: str, module: nn.Module, reason: str, *, in_features: int = 0, out_features: int = 0,
+                   flops: int = 0) -> LayerReport:
+        """The row of a matched layer left as it is, and why (sizes 0 where it could not be read)."""
+        size = params(module)
+        return cls(name, "kept dense", in_features, out_features, 0, size, size, flops, flops, 0.0, None, reason)
+
+    @classmethod
+    def replacement(cls, name: str, original: nn.Module, new: nn.Module, *, rank: int, flops_before: int,
+                    flops_after: int, weight_error: float, output_error: Optional[float] = None,
+                    in_features: int, out_features: int) -> LayerReport:
+        """The row of ``original`` replaced by ``new`` (its kind is ``new``'s class name)."""
+        return cls(name, type(new).__name__, in_features, out_features, rank, params(original),
+                   params(new), flops_before, flops_after, weight_error, original, "", output_error,
+                   getattr(new, "inner_activation", "none"))
 
 
 class ConversionReport(Mapping[str, LayerReport]):

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from sketchcore import sketch
 from sketchcore.torch.layers._layer_state import SketchedLayer
 from sketchcore.torch.ops._performer import performer_attention
-from sketchcore.torch.layers._sklinear import _positive_int
+from sketchcore.torch._common import positive_int
 
 _KERNELS = ("softmax", "relu")
 
@@ -148,9 +148,9 @@ class RandMultiHeadAttention(SketchedLayer):
                  bias: bool = True, kernel_fn: str = "softmax", iscausal: bool = False, device=None, dtype=None,
                  *, seed: int = 0):
         super().__init__()
-        self.embed_dim = _positive_int(embed_dim, "embed_dim", "RandMultiHeadAttention")
-        self.num_heads = _positive_int(num_heads, "num_heads", "RandMultiHeadAttention")
-        self.num_random_features = _positive_int(num_random_features, "num_random_features", "RandMultiHeadAttention")
+        self.embed_dim = positive_int(embed_dim, "embed_dim", "RandMultiHeadAttention")
+        self.num_heads = positive_int(num_heads, "num_heads", "RandMultiHeadAttention")
+        self.num_random_features = positive_int(num_random_features, "num_random_features", "RandMultiHeadAttention")
         if embed_dim % num_heads:
             raise ValueError(f"RandMultiHeadAttention: embed_dim: expected a multiple of num_heads = {num_heads}, "
                              f"got {embed_dim}")

@@ -4,19 +4,15 @@ The layer is ``conv2d(x, S1s)`` (2T·k output channels) followed by the 1×1 com
 2T groups of k channels with the fixed ``U1s``, divided by 2T, plus bias. The first stage is
 the framework's convolution (oneDNN on the CPU, cuDNN on CUDA); the second one GEMM over the
 pixels: (out × 2Tk)·(2Tk × h·w) per image for NCHW on the CPU, a 1×1 cuDNN convolution with
-the bias fused for NCHW on CUDA (device time of a training step 7–25% below the batched GEMM's
-on an H100, ``bench/gpu/conv_stage2.py``), or (pixels × 2Tk)·(2Tk × out) with the bias fused
-for channels-last, whose output stays channels-last. Memory formats, dilation,
-unbatched inputs, autocast, autograd and torch.compile follow torch's own rules. Measured
-against the alternatives for the second stage (N=16, 128→128, 28×28, T=1, k=16, CPU,
-forward+backward): this 25.4 ms, a 1×1 convolution 31.2 ms, Panther's ``bmm`` on U expanded
-to the batch plus a separate bias pass 29.9 ms; the first stage alone takes 20-23 ms.
+the bias fused for NCHW on CUDA (faster than the batched GEMM, ``bench/gpu/conv_stage2.py``),
+or (pixels × 2Tk)·(2Tk × out) with the bias fused for channels-last, whose output stays
+channels-last: on the CPU the fastest of the alternatives measured for the second stage (a 1×1
+convolution, Panther's ``bmm`` on U expanded to the batch; figures in
+docs/performance_results.md). Memory formats, dilation, unbatched inputs, autocast, autograd and
+torch.compile follow torch's own rules.
 
-Why not the core's sketched GEMM over im2col patches: measured on the 2-core CPU machine
-(N=16, 128→128 channels, 28×28, 3×3, T=1, k=16), ``F.unfold`` alone takes 43 ms and the
-lowered layer 72 ms, against 5.6 ms for oneDNN's direct convolution with S1s and 25 ms for the
-dense ``nn.Conv2d``: the patch matrix is 9× the input, and materialising it costs more than
-the whole convolution. An implicit-GEMM convolution in the core (patch blocks gathered into a
+Why not the core's sketched GEMM over im2col patches: the patch matrix is 9× the input (3×3
+kernels), and materialising it costs more than the whole convolution. An implicit-GEMM convolution in the core (patch blocks gathered into a
 cache-sized pooled buffer per GEMM block) is the way to put the first stage on the core; until
 then the framework's convolutions are the fastest engine available.
 """
@@ -31,7 +27,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.layers._layer_state import SketchedLayer
-from sketchcore.torch.layers._sklinear import _positive_int
+from sketchcore.torch._common import positive_int
 
 IntPair = Union[int, tuple[int, int]]
 
@@ -187,10 +183,10 @@ class SKConv2d(SketchedLayer):
         super().__init__()
         if init not in ("panther", "svd"):
             raise ValueError(f"SKConv2d: init: expected 'panther' or 'svd', got {init!r}")
-        self.in_channels = _positive_int(in_channels, "in_channels", "SKConv2d")
-        self.out_channels = _positive_int(out_channels, "out_channels", "SKConv2d")
-        self.num_terms = _positive_int(num_terms, "num_terms", "SKConv2d")
-        self.low_rank = _positive_int(low_rank, "low_rank", "SKConv2d")
+        self.in_channels = positive_int(in_channels, "in_channels", "SKConv2d")
+        self.out_channels = positive_int(out_channels, "out_channels", "SKConv2d")
+        self.num_terms = positive_int(num_terms, "num_terms", "SKConv2d")
+        self.low_rank = positive_int(low_rank, "low_rank", "SKConv2d")
         self.kernel_size = _pair(kernel_size, "kernel_size", 1)
         self.stride = _pair(stride, "stride", 1)
         self.dilation = _pair(dilation, "dilation", 1)

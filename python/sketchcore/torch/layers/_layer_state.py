@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
+import torch
 from torch import Tensor, nn
 
 from sketchcore.torch.layers._derived_weight import DerivedWeight
@@ -164,3 +165,14 @@ def inferred_linear_configs(model: nn.Module, state_dict: Any) -> dict[str, dict
             configs[name] = {"sketchcore": "LowRankLinear", "in_features": n_in, "out_features": U.shape[1],
                              "rank": rank, "bias": bias, "activation": "none", "dropout": 0.0}
     return configs
+
+
+def dense_copy(layer: Any, reference: Tensor) -> nn.Linear:
+    """An ``nn.Linear`` with ``layer.weight`` and ``layer.bias``, of ``reference``'s dtype and device."""
+    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, dtype=reference.dtype,
+                       device=reference.device)
+    with torch.no_grad():
+        linear.weight.copy_(layer.weight)
+        if layer.bias is not None:
+            linear.bias.copy_(layer.bias)
+    return linear

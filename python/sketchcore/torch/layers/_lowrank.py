@@ -11,9 +11,9 @@ from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.ops import _eager, _functorch, _memory_mode
-from sketchcore.torch.ops._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sketched_linear, takes_composite
-from sketchcore.torch.layers._layer_state import SketchedLayer
-from sketchcore.torch.layers._sklinear import _positive_int, dense_copy
+from sketchcore.torch._common import ACTIVATIONS, positive_int
+from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sketched_linear, takes_composite
+from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 
 
 class LowRankLinear(SketchedLayer):
@@ -70,15 +70,15 @@ class LowRankLinear(SketchedLayer):
                  activation: Optional[str] = None, dtype: Optional[torch.dtype] = None,
                  device: Any = None, dropout: float = 0.0, inner_activation: Optional[str] = None) -> None:
         super().__init__()
-        self.in_features = _positive_int(in_features, "in_features", "LowRankLinear")
-        self.out_features = _positive_int(out_features, "out_features", "LowRankLinear")
-        self.rank = _positive_int(rank, "rank", "LowRankLinear")
+        self.in_features = positive_int(in_features, "in_features", "LowRankLinear")
+        self.out_features = positive_int(out_features, "out_features", "LowRankLinear")
+        self.rank = positive_int(rank, "rank", "LowRankLinear")
         self.activation = activation or "none"
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"LowRankLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"LowRankLinear: activation: expected one of {ACTIVATIONS} or None, got {activation!r}")
         self.inner_activation = inner_activation or "none"
-        if self.inner_activation not in _ACTIVATIONS:
-            raise ValueError(f"LowRankLinear: inner_activation: expected one of {_ACTIVATIONS} or None, "
+        if self.inner_activation not in ACTIVATIONS:
+            raise ValueError(f"LowRankLinear: inner_activation: expected one of {ACTIVATIONS} or None, "
                              f"got {inner_activation!r}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
             raise ValueError(f"LowRankLinear: dropout: expected a probability in [0, 1], got {dropout!r}")
@@ -139,7 +139,7 @@ class LowRankLinear(SketchedLayer):
             if not 0.0 <= tolerance < 1.0:
                 raise ValueError(f"LowRankLinear.from_linear: tolerance: expected a number in [0, 1), got {tolerance!r}")
             rank, _ = _factors.rank_for_tolerance(M, tolerance)
-        rank = _positive_int(rank, "rank", "LowRankLinear.from_linear")
+        rank = positive_int(rank, "rank", "LowRankLinear.from_linear")
         if rank > min(M.shape):
             raise ValueError(f"LowRankLinear.from_linear: rank: expected at most min(in, out) = {min(M.shape)}, "
                              f"got {rank}")

@@ -10,27 +10,10 @@ from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.ops import _eager, _functorch
-from sketchcore.torch.ops._functional import _ACTIVATIONS, _dropout_seed, _eager_seed, sklinear
-from sketchcore.torch.layers._layer_state import SketchedLayer
+from sketchcore.torch._common import ACTIVATIONS, positive_int
+from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sklinear
+from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 from sketchcore.torch.ops._ops import _joined_in_place
-
-def _positive_int(value: object, name: str, where: str) -> int:
-    """`value` if it is an int ≥ 1 (not a bool), else a ValueError naming `where` and `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where}: {name}: expected an integer ≥ 1, got {value!r}")
-    return value
-
-
-def dense_copy(layer: Any, reference: Tensor) -> nn.Linear:
-    """An ``nn.Linear`` with ``layer.weight`` and ``layer.bias``, of ``reference``'s dtype and device."""
-    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, dtype=reference.dtype,
-                       device=reference.device)
-    with torch.no_grad():
-        linear.weight.copy_(layer.weight)
-        if layer.bias is not None:
-            linear.bias.copy_(layer.bias)
-    return linear
-
 
 class SKLinear(SketchedLayer):
     """A sketched linear layer with Panther's ``SKLinear`` math, initialisation and names:
@@ -114,13 +97,13 @@ class SKLinear(SketchedLayer):
         if init not in ("panther", "svd", "linear"):
             raise ValueError(f"SKLinear: init: expected 'panther', 'svd' or 'linear', got {init!r}")
         self.init = init
-        self.in_features = _positive_int(in_features, "in_features", "SKLinear")
-        self.out_features = _positive_int(out_features, "out_features", "SKLinear")
-        self.num_terms = _positive_int(num_terms, "num_terms", "SKLinear")
-        self.low_rank = _positive_int(low_rank, "low_rank", "SKLinear")
+        self.in_features = positive_int(in_features, "in_features", "SKLinear")
+        self.out_features = positive_int(out_features, "out_features", "SKLinear")
+        self.num_terms = positive_int(num_terms, "num_terms", "SKLinear")
+        self.low_rank = positive_int(low_rank, "low_rank", "SKLinear")
         self.activation = activation or "none"
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"SKLinear: activation: expected one of {_ACTIVATIONS} or None, got {activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"SKLinear: activation: expected one of {ACTIVATIONS} or None, got {activation!r}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"SKLinear: dropout: expected a probability in [0, 1], got {dropout!r}")
         self.dropout = float(dropout)

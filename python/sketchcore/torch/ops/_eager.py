@@ -3,12 +3,11 @@ call per direction through ``sketchcore._fastcall``, and no autograd node at all
 graph is recorded (``torch.no_grad``, inference, or nothing requiring gradient).
 
 A call through ``torch.ops.sketchcore.*`` pays for the dispatcher, torch.library's Python
-autograd wrapper and its argument handling, twice per training step (forward and backward):
-measured 560 µs per SKLinear forward+backward on a small layer on the CPU, where Panther's
-own autograd.Function takes 255 µs, and on an H100 that overhead, not the GPU, set the step
-time. The public array functions add keyword parsing, Python-side checks and a DLPack import
-object per operand (issue 25 measured a tiny layer's step at 2-2.8× the hand-written pair of
-``nn.Linear``s). Plain eager calls need none of that, so they come here; everything else keeps
+autograd wrapper and its argument handling, twice per training step (forward and backward);
+on small layers that overhead, not the arithmetic, sets the step time (figures in
+docs/performance_results.md). The public array functions add keyword parsing, Python-side
+checks and a DLPack import object per operand. Plain eager calls need none of that, so they
+come here; everything else keeps
 the operators: TorchScript scripting and tracing, torch.compile, torch.func transforms and
 tensor subclasses (FakeTensor, DTensor, ...).
 
@@ -17,9 +16,7 @@ first, by the operators' own rule (``_ops.autocast_plan``: floating-point tensor
 float64 to the region's dtype, or, where the CPU would only widen them again, a float32
 computation whose output is rounded), with autograd-recorded casts, so the output has the
 region's dtype and float32 parameters get float32 gradients, as through the operators'
-autocast kernels. Going through the operators instead cost a bf16 SKLinear training step the
-dispatcher, the Python autograd wrapper and the public functions' argument handling twice
-(issue 26).
+autocast kernels (the operators would add their dispatch costs to every autocast step).
 """
 from __future__ import annotations
 

@@ -9,15 +9,8 @@ from torch import Tensor
 
 import sketchcore
 
+from sketchcore.torch._common import checked_activation
 from sketchcore.torch.ops import _eager, _functorch, _ops  # noqa: F401 - _ops registers the operators
-
-_ACTIVATIONS = sketchcore.ACTIVATIONS
-
-
-def _checked_activation(activation: str, where: str, argument: str = "activation") -> str:
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"{where}: {argument}: expected one of {_ACTIVATIONS}, got {activation!r}")
-    return activation
 
 
 #: Device types whose inner-activation kernels have not yet passed their tests on a device: there a
@@ -95,7 +88,7 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     Traceback (most recent call last):
     ValueError: sklinear: expected U2s shaped like S1s (2, 3, 2) and U1s like S2s (2, 2, 4), got (2, 3, 3) and (2, 2, 4)
     """
-    _checked_activation(activation, "sklinear")
+    checked_activation(activation, "sklinear")
     shapes = {"S1s": S1s.shape, "S2s": S2s.shape, "U1s": U1s.shape, "U2s": U2s.shape}
     for name, shape in shapes.items():
         if len(shape) != 3 or shape[0] != S1s.shape[0]:
@@ -172,8 +165,8 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     Traceback (most recent call last):
     ValueError: sketched_linear: activation: expected one of ('none', 'relu', 'gelu', 'gelu_tanh', 'silu'), got 'tanh'
     """
-    _checked_activation(activation, "sketched_linear")
-    _checked_activation(inner_activation, "sketched_linear", "inner_activation")
+    checked_activation(activation, "sketched_linear")
+    checked_activation(inner_activation, "sketched_linear", "inner_activation")
     if takes_composite(x, inner_activation):
         from sketchcore.torch.ops._second_order import composite
         return composite(x, S, U, bias, activation, float(scale), float(dropout_p), _dropout_seed(seed, dropout_p),

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from sketchcore.torch.ops import _second_order
+from sketchcore.torch._common import TORCH_ACTIVATIONS
 
 _state = threading.local()
 
@@ -43,10 +43,10 @@ class _Recipe:
 
     def output(self) -> Tensor:
         with torch.no_grad():
-            y = _second_order._ACTIVATIONS[self.inner_activation](self.z) @ self.U
+            y = TORCH_ACTIVATIONS[self.inner_activation](self.z) @ self.U
             if self.bias is not None:
                 y = y + self.bias
-            return _second_order._ACTIVATIONS[self.activation](y)
+            return TORCH_ACTIVATIONS[self.activation](y)
 
 
 @dataclass

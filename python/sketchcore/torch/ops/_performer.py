@@ -9,8 +9,8 @@ The output is allocated as (B, L, H, e) memory seen as (B, H, L, e), so that a l
 
 Plain eager calls (``sketchcore.torch.ops._eager.applies``) skip the dispatcher and torch.library's
 autograd wrapper: the same bodies under a plain ``autograd.Function``, or no autograd node at all
-where nothing requires gradient (measured on a tiny problem: the operator added ~200 µs per
-inference call and more with autograd, the Function a few µs). Tracing, torch.compile, torch.func
+where nothing requires gradient (the operator's dispatch costs more than the attention on small
+problems: docs/performance_results.md). Tracing, torch.compile, torch.func
 and tensor subclasses keep the operator.
 """
 from __future__ import annotations

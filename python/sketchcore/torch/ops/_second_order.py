@@ -8,18 +8,11 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import sketchcore
+from sketchcore.torch._common import TORCH_ACTIVATIONS
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "none": lambda z: z,
-    "relu": torch.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-}
 
 
 def _dropout_scale(x: Tensor, d_out: int, dropout_p: float, seed: Tensor) -> Optional[Tensor]:
@@ -38,10 +31,10 @@ def composite(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activatio
     inner activation)."""
     Sp = S if S.dim() == 2 else S.permute(1, 0, 2).reshape(S.shape[1], -1)  # [S_1 … S_T]
     Up = U if U.dim() == 2 else U.reshape(-1, U.shape[-1])                   # [U_1; …; U_T]
-    y = _ACTIVATIONS[inner_activation](x @ Sp) @ Up * scale
+    y = TORCH_ACTIVATIONS[inner_activation](x @ Sp) @ Up * scale
     if bias is not None:
         y = y + bias
-    y = _ACTIVATIONS[activation](y)
+    y = TORCH_ACTIVATIONS[activation](y)
     mask = _dropout_scale(x, Up.shape[-1], dropout_p, seed)
     return y if mask is None else y * mask
 

@@ -13,16 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sketchcore.torch._common import TORCH_ACTIVATIONS
 from sketchcore.torch.ops._functional import sketched_linear, sklinear
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 
-#: The elementwise activations of sketchcore's epilogues, as torch functions.
-_TORCH_ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu,
-                      "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def second_product(module: nn.Module, z: Tensor, B: Tensor, scale: float, bias: 
                    wrap_h: Optional[Callable[[Tensor, Any], Tensor]] = None, group: Any = None) -> Tensor:
     """``act(scale · σ(z) B + bias)`` from the full rank-wide intermediate z = x A; ``wrap_h(h,
     group)`` is applied to h = σ(z) first (a collective on its gradient)."""
-    h = _TORCH_ACTIVATIONS[inner_activation(module)](z)
+    h = TORCH_ACTIVATIONS[inner_activation(module)](z)
     if wrap_h is not None:
         h = wrap_h(h, group)
     y = torch.matmul(h, B)
@@ -101,4 +98,4 @@ def second_product(module: nn.Module, z: Tensor, B: Tensor, scale: float, bias: 
         y = y * scale
     if bias is not None:
         y = y + bias
-    return _TORCH_ACTIVATIONS[module.activation](y)
+    return TORCH_ACTIVATIONS[module.activation](y)
