@@ -2,28 +2,28 @@
 evaluations (see ``_spectral``)."""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import nn
 
-from sketchcore.tuner._black_box import BlackBoxMixin
-from sketchcore.tuner._candidates import stored
+from sketchcore.tuner import _results_file
+from sketchcore.tuner._black_box import black_box
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
-from sketchcore.tuner._evaluation import EvaluationMixin
+from sketchcore.tuner._evaluation import Evaluator, built, set_module
 from sketchcore.tuner._gram import capture
 from sketchcore.tuner._resolvers import LayerNameResolver, ParamsResolver
-from sketchcore.tuner._results import ResultsMixin
-from sketchcore.tuner._results_file import ResultsFileMixin
+from sketchcore.tuner._results import ResultsLog, table_rows
 from sketchcore.tuner._scores import DENSE, Threshold, check_threshold
-from sketchcore.tuner._spectral import Assignment, SpectralSearch, Unit
-from sketchcore.tuner._spectral_driver import SpectralDriverMixin
-from sketchcore.tuner._units import build_units
+from sketchcore.tuner._spectral import Assignment, SpectralSearch
+from sketchcore.tuner._spectral_driver import spectral
+from sketchcore.tuner._units import units_of
 
 EvalFunc = Callable[..., Any]
 
 
-class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxMixin, EvaluationMixin):
+class SKAutoTuner:
     """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API).
 
     ``accuracy_eval_func(model)`` returns a score, higher is better: one finite real number (a
@@ -294,17 +294,6 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         """
         return self.resolver
 
-    def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[LayerConfig]]:
-        """The search units, and the config each comes from."""
-        units, owners = [], []
-        for config in self.configs:
-            params = "auto" if config._auto else config.params
-            for unit in build_units(self.layer_map, config.layer_names, params, config.separate,
-                                    config.copy_weights, grams):
-                units.append(unit)
-                owners.append(config)
-        return units, owners
-
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
         """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
@@ -345,45 +334,231 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
             ...
         ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number ..., got NoneType None
         """
-        self._built: dict[int, dict[int, list[nn.Module]]] = {}
-        self._evaluation_of: dict[Assignment, int] = {}
-        self._dense_size = stored(self.model)
-        self._scale_checked = False
-        given = self.accuracy_threshold
-        self._threshold: Optional[float] = given if isinstance(given, float) else None  # "dense": set once measured
-        self.history, self.results, self.evaluations = [], {}, 0
+        log = ResultsLog(self.verbose)
+        self.history, self.results, self.evaluations = log.history, log.results, 0
         self.dense_accuracy = self.final_accuracy = None
         selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}
-        if isinstance(self.search_algorithm, SpectralSearch):
-            if self.num_runs_per_param > self.search_algorithm.max_evaluations:
-                raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
-                                 f"= {self.search_algorithm.max_evaluations}, got {self.num_runs_per_param}")
-            with capture(selected if self.search_algorithm.data_aware else {}) as grams:
-                self._measure_dense(selected)  # the dense model, once: the Gram matrices come with it
-            units, owners = self._units(grams)
-            best = self._spectral(units)
+        search = self.search_algorithm
+        spectral_search = isinstance(search, SpectralSearch)
+        if spectral_search and self.num_runs_per_param > search.max_evaluations:
+            raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
+                             f"= {search.max_evaluations}, got {self.num_runs_per_param}")
+        evaluator = Evaluator(self.model, self.layer_map, [], self.accuracy_eval_func, self.optmization_eval_func,
+                              self.num_runs_per_param, self.accuracy_threshold, log)
+        with capture(selected if spectral_search and search.data_aware else {}) as grams:
+            if spectral_search or self.accuracy_threshold == DENSE:  # the Gram matrices come with it
+                self.dense_accuracy = evaluator.measure_dense(list(selected))
+        evaluator.units, owners = units_of(self.configs, self.layer_map, grams)
+        evaluator.dense = tuple(None for _ in evaluator.units)
+        if spectral_search:
+            assert self.dense_accuracy is not None
+            best, self.final_accuracy = spectral(evaluator, search, self.dense_accuracy)
         else:
-            if self.accuracy_threshold == DENSE:
-                self._measure_dense(selected)
-            units, owners = self._units()
-            best = self._black_box(units, owners)
-        self._finish(units, owners, best)
+            best, self.final_accuracy = black_box(evaluator, search, owners, self.verbose)
+        self.evaluations = log.evaluations
+        self._finish(evaluator, owners, best)
         return self.best_params
 
-    def _measure_dense(self, selected: dict[str, nn.Module]) -> None:
-        self.dense_accuracy = self._call()
-        if self.accuracy_threshold == DENSE:
-            self._threshold = self.dense_accuracy
-        self._log("dense", self.dense_accuracy, self._dense_size, {name: None for name in selected})
-
-    def _finish(self, units: list[Unit], owners: list[LayerConfig], best: Assignment) -> None:
-        self.best_assignment_size = self._size(units, best)
+    def _finish(self, evaluator: Evaluator, owners: list[LayerConfig], best: Assignment) -> None:
+        self.best_assignment_size = evaluator.size(best)
         if self.verbose:
-            print(f"[SKAutoTuner] chosen: {self.best_assignment_size} of {self._dense_size} numbers stored, "
+            print(f"[SKAutoTuner] chosen: {self.best_assignment_size} of {evaluator.dense_size} numbers stored, "
                   f"{self.evaluations} accuracy evaluations")
         self.best_params = {}
-        for unit, index, config in zip(units, best, owners):
-            modules = [None] * len(unit.names) if index is None else self._modules(unit, index)
+        for u, (unit, index, config) in enumerate(zip(evaluator.units, best, owners)):
+            modules = [None] * len(unit.names) if index is None else evaluator.modules(u, index)
             for name, module in zip(unit.names, modules):
                 self.best_params[name] = {"params": None if index is None else dict(unit.options[index].params),
                                           "copy_weights": config.copy_weights, "best_layer": module}
+
+    # -- results (Panther's names) ---------------------------------------------------------
+    def apply_best_params(self) -> nn.Module:
+        """Puts the chosen layers into the model (in place) and returns it; layers whose choice
+        is None stay dense.
+
+        Returns
+        -------
+        torch.nn.Module
+            The tuner's model, changed in place.
+
+        Raises
+        ------
+        RuntimeError
+            ``"SKAutoTuner.apply_best_params: no tuning results yet; call tune() or
+            load_tuning_results() first"``.
+        """
+        if not self.best_params:
+            raise RuntimeError("SKAutoTuner.apply_best_params: no tuning results yet; call tune() or "
+                               "load_tuning_results() first")
+        for name, data in self.best_params.items():
+            if data.get("best_layer") is not None:
+                set_module(self.model, name, data["best_layer"])
+        return self.model
+
+    def get_best_params(self) -> dict[str, dict[str, Any]]:
+        """The choice of the last :meth:`tune` or :meth:`load_tuning_results` (empty before).
+
+        Returns
+        -------
+        dict
+            Layer name → ``{"params": dict or None, "copy_weights": bool, "best_layer": module or None}``.
+        """
+        return self.best_params
+
+    def replace_without_tuning(self, tolerance: float = 0.1) -> nn.Module:
+        """Replaces every selected layer without evaluating the model and returns it. Explicit
+        params: the first value of each (Panther's rule). ``params="auto"``: the smallest setting
+        whose relative weight error (from the layer's spectrum) is ≤ ``tolerance``, or the most
+        accurate setting for layers without a spectrum (attention). A layer for which no setting
+        meets ``tolerance`` and saves numbers stays dense.
+
+        Parameters
+        ----------
+        tolerance : float, default 0.1
+            Relative weight error allowed, in [0, 1).
+
+        Returns
+        -------
+        torch.nn.Module
+            The tuner's model, changed in place.
+
+        Raises
+        ------
+        ValueError
+            ``"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got ..."``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> calls = []
+        >>> tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [4, 8]}), lambda m: calls.append(1) or 1.0)
+        >>> tuner.replace_without_tuning()[0], len(calls)
+        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)
+        """
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got "
+                             f"{tolerance!r}")
+        units, owners = units_of(self.configs, self.layer_map, first_only=True)
+        for unit, config in zip(units, owners):
+            option = unit.options[0]
+            if config._auto:
+                fits = [o for o in unit.options if o.error is not None and o.error <= tolerance]
+                if not fits and unit.options[0].error is not None:
+                    continue  # no setting meets the tolerance and saves numbers: stays dense
+                option = fits[0] if fits else unit.options[-1]
+            for name, candidate in zip(unit.names, option.members):
+                set_module(self.model, name, built(candidate, self.layer_map[name]))
+        return self.model
+
+    def get_results_dataframe(self) -> Any:
+        """One row per (evaluation, layer or ``separate=False`` group): the parameters (empty for
+        a dense layer, and where the layer class has no such parameter), the class the setting
+        builds, ``score`` (what the search maximized: the accuracy without a threshold; with one,
+        −∞ below it, else the optimization function's value or minus the stored size),
+        ``accuracy``, ``speed`` and the model's stored numbers.
+
+        Returns
+        -------
+        pandas.DataFrame or list of dict
+            Columns ``layer_name`` (a group's names joined by "_", as Panther), Panther's
+            ``num_terms`` and ``low_rank``, the other parameters (``rank``, ...),
+            ``layer_class``, ``score``, ``accuracy``, ``speed``, ``parameters``, ``evaluation``;
+            a list of dicts without pandas; empty before :meth:`tune`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> _ = tuner.tune()
+        >>> list(tuner.get_results_dataframe().columns)
+        ['layer_name', 'num_terms', 'low_rank', 'rank', 'layer_class', 'score', 'accuracy', 'speed',
+         'parameters', 'evaluation']
+        """
+        rows = table_rows(self.results)
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows)
+
+    def save_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
+        """Writes the results, the best parameters and the evaluation history (parent
+        directories are created). A ``.pkl`` or ``.pickle`` name gives a pickle of Panther's
+        layout, which ``pickle.load`` reads (``"results"``, ``"best_params"`` with the chosen
+        layers as modules, ``"config"``), plus ``"history"``, ``"evaluations"``,
+        ``"dense_accuracy"`` and ``"final_accuracy"``. Any other name gives JSON of the same
+        without the modules (no pickle); loading rebuilds them.
+
+        Parameters
+        ----------
+        file_path : str or os.PathLike
+            Where to write.
+
+        Raises
+        ------
+        OSError
+            When the file or its directory cannot be written.
+        """
+        path = os.fspath(file_path)
+        _results_file.save(path, self.results, self.best_params, self.configs,
+                           {"history": self.history, "evaluations": self.evaluations,
+                            "dense_accuracy": self.dense_accuracy, "final_accuracy": self.final_accuracy})
+        if self.verbose:
+            print(f"[SKAutoTuner] tuning results saved to {path}")
+
+    def load_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
+        """Reads what :meth:`save_tuning_results` wrote — or Panther's pickle — and rebuilds the
+        chosen layers from this tuner's model, so :meth:`apply_best_params` works.
+
+        The format is read from the file itself (a pickle or JSON). Pickles are read with a
+        restricted unpickler: only the tuner's classes, sketchcore's and Panther's layers and torch
+        tensors are built, never other code. Each chosen layer is rebuilt from its parameters and
+        the saved layer's tensors are loaded into it (Panther's ``SKLinear`` keeps the same
+        names); where they do not fit, a warning says so and the rebuilt layer is kept.
+
+        Parameters
+        ----------
+        file_path : str or os.PathLike
+            A file written by :meth:`save_tuning_results` or Panther's ``save_tuning_results``.
+
+        Raises
+        ------
+        FileNotFoundError
+            ``"SKAutoTuner.load_tuning_results: file_path: '...' not found"``.
+        ValueError
+            For a file that is neither format, a layer not selected by this tuner's configs,
+            or ``params`` a layer does not accept.
+
+        Examples
+        --------
+        >>> import os, tempfile, torch
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> _ = tuner.tune()
+        >>> fresh = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = os.path.join(directory, "tuning.json")
+        ...     tuner.save_tuning_results(path)
+        ...     fresh.load_tuning_results(path)
+        >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
+        ({'rank': 16}, 'LowRankLinear')
+        """
+        path = os.fspath(file_path)
+        selected = {name: config.copy_weights for config in self.configs for name in config.layer_names}
+        data = _results_file.load(path, selected, self.layer_map)
+        self.results, self.best_params = data["results"], data["best_params"]
+        self.history, self.evaluations = data.get("history", []), data.get("evaluations", 0)
+        self.dense_accuracy, self.final_accuracy = data.get("dense_accuracy"), data.get("final_accuracy")
+        if self.verbose:
+            print(f"[SKAutoTuner] tuning results loaded from {path}")
