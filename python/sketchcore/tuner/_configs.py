@@ -40,17 +40,6 @@ class LayerConfig:
     copy_weights : bool, default True
         Initialize candidates from the trained weights (True) or randomly (False).
 
-    Attributes
-    ----------
-    layer_names : str, list of str or dict
-        The selector as given (a list of names once a tuner resolved it).
-    params : "auto" or dict
-        The search space as given (explicit once a tuner resolved "auto").
-    separate : bool
-        Each layer on its own, or the group with one setting.
-    copy_weights : bool
-        Candidates from the trained weights or random.
-
     Raises
     ------
     TypeError
@@ -133,14 +122,6 @@ class LayerConfig:
         -------
         LayerConfig
             Equal to this one, sharing no mutable state with it.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig
-        >>> config = LayerConfig("fc1", {"rank": [4, 8]})
-        >>> copy = config.clone()
-        >>> copy == config, copy.params is config.params
-        (True, False)
         """
         return copy.deepcopy(self)
 
@@ -154,11 +135,6 @@ class TuningConfigs:
     Parameters
     ----------
     configs : sequence of LayerConfig
-        The configs, in order.
-
-    Attributes
-    ----------
-    configs : list of LayerConfig
         The configs, in order.
 
     Raises
@@ -219,13 +195,6 @@ class TuningConfigs:
         ------
         TypeError
             ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1")])
-        >>> len(configs.add(LayerConfig("fc2"))), len(configs)
-        (2, 1)
         """
         return TuningConfigs([*self.configs, config])
 
@@ -246,17 +215,6 @@ class TuningConfigs:
         ------
         IndexError
             ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.layer_names for c in configs.remove(0)]
-        ['fc2']
-        >>> configs.remove(2)
-        Traceback (most recent call last):
-            ...
-        IndexError: TuningConfigs: index: expected 0 ≤ index < 2, got 2
         """
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + self.configs[index + 1:])
@@ -282,13 +240,6 @@ class TuningConfigs:
             ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
         TypeError
             ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.layer_names for c in configs.replace(1, LayerConfig("fc3"))]
-        ['fc1', 'fc3']
         """
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + [config] + self.configs[index + 1:])
@@ -300,14 +251,6 @@ class TuningConfigs:
         -------
         TuningConfigs
             Equal configs that share no mutable state with these.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1", {"rank": [4]})])
-        >>> copy = configs.clone()
-        >>> copy[0] == configs[0], copy[0] is configs[0]
-        (True, False)
         """
         return TuningConfigs([config.clone() for config in self.configs])
 
@@ -328,13 +271,6 @@ class TuningConfigs:
         ------
         AttributeError
             When ``other`` is not a TuningConfigs (it has no ``configs``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> a, b = TuningConfigs([LayerConfig("fc1")]), TuningConfigs([LayerConfig("fc2")])
-        >>> [c.layer_names for c in a.merge(b)]
-        ['fc1', 'fc2']
         """
         return TuningConfigs(self.configs + other.configs)
 
@@ -350,13 +286,6 @@ class TuningConfigs:
         -------
         TuningConfigs
             The kept configs, in order.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2", separate=False)])
-        >>> [c.layer_names for c in configs.filter(lambda c: c.separate)]
-        ['fc1']
         """
         return TuningConfigs([config for config in self.configs if predicate(config)])
 
@@ -378,12 +307,5 @@ class TuningConfigs:
         TypeError
             ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."`` when ``transform``
             returns something else.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.copy_weights for c in configs.map(lambda c: LayerConfig(c.layer_names, copy_weights=False))]
-        [False, False]
         """
         return TuningConfigs([transform(config) for config in self.configs])

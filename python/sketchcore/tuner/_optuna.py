@@ -42,20 +42,6 @@ class OptunaSearch(SearchAlgorithm):
 
     Attributes
     ----------
-    n_trials : int
-        Trials per :meth:`initialize`.
-    sampler : optuna.samplers.BaseSampler
-        The sampler of the first study (the one given, or the TPE sampler made).
-    direction : str
-        ``"maximize"`` or ``"minimize"``.
-    study_name : str
-        The first study's name.
-    storage : str or None
-        The Optuna storage URL.
-    load_if_exists : bool
-        Whether stored studies are resumed.
-    seed : int or None
-        The default sampler's seed.
     studies : list of optuna.Study
         Every study made, in order.
 
@@ -108,15 +94,6 @@ class OptunaSearch(SearchAlgorithm):
     def study(self) -> Any:
         """The Optuna study of the latest :meth:`initialize` (None before), for Optuna's own
         analysis and plots (``optuna.visualization``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, study_name="demo")
-        >>> search.study is None
-        True
-        >>> search.initialize({"rank": [4]}); search.study.study_name
-        'demo'
         """
         return self._study
 
@@ -188,16 +165,6 @@ class OptunaSearch(SearchAlgorithm):
 
     def reset(self) -> None:
         """Starts over with a fresh study on the same space (Panther's ``reset``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> search.update(search.get_next_params(), 1.0)
-        >>> search.reset()
-        >>> search.is_finished(), len(search.study.trials), len(search.studies)
-        (False, 0, 2)
         """
         self.initialize(getattr(self, "param_space", {}))
 
@@ -208,15 +175,6 @@ class OptunaSearch(SearchAlgorithm):
 
     def set_user_attr(self, key: str, value: Any) -> None:
         """Sets a user attribute on the pending trial (none: nothing happens).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> params = search.get_next_params(); search.set_user_attr("note", "first")
-        >>> search.update(params, 1.0); search.study.trials[0].user_attrs
-        {'note': 'first'}
         """
         if self._trial is not None:
             self._trial.set_user_attr(key, value)
@@ -224,15 +182,6 @@ class OptunaSearch(SearchAlgorithm):
     def report_intermediate(self, value: float, step: int) -> None:
         """Reports an intermediate value of the pending trial, for Optuna's pruners (none
         pending: nothing happens).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> params = search.get_next_params(); search.report_intermediate(0.5, step=1)
-        >>> search.should_prune()
-        False
         """
         if self._trial is not None:
             self._trial.report(value, step)
@@ -270,21 +219,6 @@ class OptunaSearch(SearchAlgorithm):
         ----------
         filepath : str or os.PathLike
             Where to write.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     storage = "sqlite:///" + os.path.join(directory, "study.db")
-        ...     search = OptunaSearch(n_trials=3, seed=0, study_name="s", storage=storage)
-        ...     search.initialize({"rank": [4, 8]})
-        ...     search.update(search.get_next_params(), 1.0)
-        ...     search.save_state(os.path.join(directory, "search.pkl"))
-        ...     resumed = OptunaSearch(seed=0)
-        ...     resumed.load_state(os.path.join(directory, "search.pkl"))
-        ...     (resumed.n_trials, len(resumed.study.trials), resumed.get_best_score(), resumed.is_finished())
-        (3, 1, 1.0, False)
         """
         super().save_state(filepath)
 

@@ -40,13 +40,6 @@ class LayerNameResolver:
     layer_map : mapping of str to torch.nn.Module, optional
         Name → module; default every named submodule of ``model``.
 
-    Attributes
-    ----------
-    model : torch.nn.Module
-        The model.
-    layer_map : dict
-        Name → module, in model order.
-
     Examples
     --------
     >>> from torch import nn
@@ -83,18 +76,6 @@ class LayerNameResolver:
         TypeError
             A selector value of the wrong type (``"LayerConfig: layer_names['indices']: expected
             an int or a list of ints, got ..."``).
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerNameResolver
-        >>> model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-        >>> LayerNameResolver(model).resolve(["2", "0"])
-        ['0', '2']
-        >>> LayerNameResolver(model).resolve("fc")
-        Traceback (most recent call last):
-            ...
-        ValueError: LayerConfig: layer_names: no layer of the model matches 'fc' (layers: ['0', '1', '2'])
         """
         return resolve(self.layer_map, selectors)
 
@@ -119,15 +100,6 @@ class ParamsResolver:
         Name → module; default every named submodule of ``model``.
     verbose : bool, default False
         Print what "auto" resolved to.
-
-    Attributes
-    ----------
-    model : torch.nn.Module
-        The model.
-    layer_map : dict
-        Name → module.
-    verbose : bool
-        Whether :meth:`resolve` prints.
 
     Examples
     --------
@@ -168,14 +140,6 @@ class ParamsResolver:
             A selector that matches nothing, or ``params`` a layer does not accept (``"SKAutoTuner:
             layer '...' (Linear): params: expected keys among [...]"``, ``"...: rank: expected at
             most min(in, out) = ..."``, ...).
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, ParamsResolver
-        >>> model = nn.Sequential(nn.Linear(64, 64))
-        >>> ParamsResolver(model).resolve(LayerConfig("0", {"rank": [4, 8]}))[0].params
-        {'rank': [4, 8]}
         """
         names = config.layer_names
         if not (isinstance(names, list) and all(isinstance(n, str) and n in self.layer_map for n in names)):

@@ -59,14 +59,6 @@ class SearchAlgorithm:
         ----------
         param_space : mapping
             Parameter name → its specification.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.param_space, search.history, search.get_best_params()
-        ({'rank': [4, 8]}, [], None)
         """
         self.param_space = dict(param_space)
         self.best_params: Optional[dict[str, Any]] = None
@@ -85,14 +77,6 @@ class SearchAlgorithm:
         ------
         NotImplementedError
             In the base class; subclasses implement it.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.get_next_params(), search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, {'rank': 8}, None)
         """
         raise NotImplementedError
 
@@ -105,15 +89,6 @@ class SearchAlgorithm:
             The parameters evaluated.
         score : float
             Their score; ``-inf`` marks an infeasible trial.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.update({"rank": 4}, 0.5); search.update({"rank": 8}, 0.9)
-        >>> search.get_best_params(), search.get_best_score()
-        ({'rank': 8}, 0.9)
         """
         self.history.append((dict(params), float(score)))
         if self.best_score is None or score > self.best_score:
@@ -121,55 +96,21 @@ class SearchAlgorithm:
 
     def get_best_params(self) -> Optional[dict[str, Any]]:
         """The parameters of the highest score so far, or None before any :meth:`update`.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_best_params() is None
-        True
-        >>> search.update({"rank": 4}, 1.0); search.get_best_params()
-        {'rank': 4}
         """
         return self.best_params
 
     def get_best_score(self) -> Optional[float]:
         """The highest score so far, or None before any :meth:`update`.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.update({"rank": 4}, 1); search.get_best_score()
-        1.0
         """
         return self.best_score
 
     def reset(self) -> None:
         """Starts the search over again on the same parameter space.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.update(search.get_next_params(), 1.0)
-        >>> search.reset()
-        >>> search.get_next_params(), search.history
-        ({'rank': 4}, [])
         """
         self.initialize(getattr(self, "param_space", {}))
 
     def is_finished(self) -> bool:
         """Whether the search has nothing more to propose (always False in the base class).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import SearchAlgorithm
-        >>> SearchAlgorithm().is_finished()
-        False
         """
         return False
 
@@ -224,10 +165,6 @@ class SearchAlgorithm:
             When the file does not exist.
         ValueError
             ``"<Class>.load_state: '...': expected a state saved by <Class>.save_state, got ..."``.
-
-        Examples
-        --------
-        See :meth:`save_state`.
         """
         from sketchcore.tuner._safe_pickle import safe_load
 
@@ -260,13 +197,6 @@ class RandomSearch(SearchAlgorithm):
         Number of draws, ≥ 1.
     seed : int, optional
         Seed of the draws (Python's ``random.Random``); the same seed gives the same draws.
-
-    Attributes
-    ----------
-    n_trials : int
-        Draws per :meth:`initialize`.
-    seed : int or None
-        The seed.
 
     Raises
     ------
@@ -315,14 +245,6 @@ class RandomSearch(SearchAlgorithm):
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
         """A fresh draw from the space, or None after ``n_trials`` draws.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import RandomSearch
-        >>> search = RandomSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, None)
         """
         if self._drawn >= self.n_trials:
             return None
@@ -331,15 +253,6 @@ class RandomSearch(SearchAlgorithm):
 
     def is_finished(self) -> bool:
         """Whether all ``n_trials`` draws were made.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import RandomSearch
-        >>> search = RandomSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> before = search.is_finished(); _ = search.get_next_params()
-        >>> before, search.is_finished()
-        (False, True)
         """
         return self._drawn >= self.n_trials
 
@@ -373,14 +286,6 @@ class GridSearch(SearchAlgorithm):
         ------
         ValueError
             For a continuous Float (no ``step``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch, Int
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": Int(2, 6, step=2)})
-        >>> search.get_next_params()
-        {'rank': 2}
         """
         super().initialize(param_space)
         lists = {}
@@ -394,14 +299,6 @@ class GridSearch(SearchAlgorithm):
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
         """The next combination, or None once every combination was proposed.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, None)
         """
         if self._position >= len(self._grid):
             self._position = len(self._grid) + 1  # asked past the end: finished
@@ -411,15 +308,6 @@ class GridSearch(SearchAlgorithm):
 
     def is_finished(self) -> bool:
         """Whether :meth:`get_next_params` has returned None.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> _ = search.get_next_params(); before = search.is_finished(); _ = search.get_next_params()
-        >>> before, search.is_finished()
-        (False, True)
         """
         return self._position > len(self._grid)
 

@@ -84,15 +84,6 @@ class SpectralSearch:
     data_aware : bool, default True
         Error curves of the layers' outputs on captured inputs (True) or of their weights (False).
 
-    Attributes
-    ----------
-    max_evaluations : int
-        The budget of accuracy calls.
-    refine : bool
-        Whether the per-layer refinement runs.
-    data_aware : bool
-        Whether the curves are of output errors.
-
     Raises
     ------
     ValueError
@@ -150,14 +141,6 @@ class SpectralSearch:
         ------
         AttributeError
             ``"SpectralSearch has no Optuna study: ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import SpectralSearch
-        >>> SpectralSearch().study
-        Traceback (most recent call last):
-            ...
-        AttributeError: SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) ...
         """
         raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for "
                              "Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for "

@@ -124,16 +124,6 @@ class ModelVisualizer:
         ------
         TypeError
             ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import ModelVisualizer
-        >>> model = nn.Sequential(nn.Sequential(nn.Linear(4, 4)), nn.Linear(4, 2))
-        >>> print(ModelVisualizer.module_tree(model, max_depth=1))
-        model (Sequential)/  30 params
-        ├─ 0 (Sequential)/  20 params
-        └─ 1 (Linear)  4→2 · 10 params
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -157,10 +147,6 @@ class ModelVisualizer:
         ------
         TypeError
             ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        See the class example.
         """
         print(ModelVisualizer.module_tree(model, root_name, max_depth))
 
@@ -194,14 +180,6 @@ class ModelVisualizer:
             install matplotlib"``.
         TypeError
             ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import ModelVisualizer
-        >>> figure = ModelVisualizer.plot_module_tree(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
-        >>> [t.get_text() for t in figure.axes[0].texts][1]
-        '├─ 0 (Linear)  8→8 · 72 params'
         """
         try:
             from matplotlib.figure import Figure
