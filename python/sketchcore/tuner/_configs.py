@@ -116,13 +116,7 @@ class LayerConfig:
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def clone(self) -> LayerConfig:
-        """A deep copy.
-
-        Returns
-        -------
-        LayerConfig
-            Equal to this one, sharing no mutable state with it.
-        """
+        """A deep copy, sharing no mutable state with this config."""
         return copy.deepcopy(self)
 
 
@@ -179,133 +173,34 @@ class TuningConfigs:
         return index
 
     def add(self, config: LayerConfig) -> TuningConfigs:
-        """A new collection with ``config`` appended.
-
-        Parameters
-        ----------
-        config : LayerConfig
-            The config to append.
-
-        Returns
-        -------
-        TuningConfigs
-            This collection's configs followed by ``config``.
-
-        Raises
-        ------
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-        """
+        """A new collection with ``config`` appended (TypeError for a non-LayerConfig)."""
         return TuningConfigs([*self.configs, config])
 
     def remove(self, index: int) -> TuningConfigs:
-        """A new collection without the config at ``index``.
-
-        Parameters
-        ----------
-        index : int
-            Position, 0 ≤ index < len(self).
-
-        Returns
-        -------
-        TuningConfigs
-            The other configs, in order.
-
-        Raises
-        ------
-        IndexError
-            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
-        """
+        """A new collection without the config at ``index`` (IndexError outside
+        0 ≤ index < len(self))."""
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + self.configs[index + 1:])
 
     def replace(self, index: int, config: LayerConfig) -> TuningConfigs:
-        """A new collection with the config at ``index`` replaced by ``config``.
-
-        Parameters
-        ----------
-        index : int
-            Position, 0 ≤ index < len(self).
-        config : LayerConfig
-            The replacement.
-
-        Returns
-        -------
-        TuningConfigs
-            The configs with ``config`` at ``index``.
-
-        Raises
-        ------
-        IndexError
-            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-        """
+        """A new collection with the config at ``index`` replaced by ``config``
+        (IndexError outside 0 ≤ index < len(self), TypeError for a non-LayerConfig)."""
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + [config] + self.configs[index + 1:])
 
     def clone(self) -> TuningConfigs:
-        """A deep copy (every config cloned).
-
-        Returns
-        -------
-        TuningConfigs
-            Equal configs that share no mutable state with these.
-        """
+        """A deep copy (every config cloned)."""
         return TuningConfigs([config.clone() for config in self.configs])
 
     def merge(self, other: TuningConfigs) -> TuningConfigs:
-        """A new collection of this one's configs followed by ``other``'s.
-
-        Parameters
-        ----------
-        other : TuningConfigs
-            The configs to append.
-
-        Returns
-        -------
-        TuningConfigs
-            The concatenation.
-
-        Raises
-        ------
-        AttributeError
-            When ``other`` is not a TuningConfigs (it has no ``configs``).
-        """
+        """A new collection of this one's configs followed by ``other``'s."""
         return TuningConfigs(self.configs + other.configs)
 
     def filter(self, predicate: Callable[[LayerConfig], bool]) -> TuningConfigs:
-        """A new collection of the configs for which ``predicate(config)`` is true.
-
-        Parameters
-        ----------
-        predicate : callable
-            LayerConfig → bool.
-
-        Returns
-        -------
-        TuningConfigs
-            The kept configs, in order.
-        """
+        """A new collection of the configs for which ``predicate(config)`` is true."""
         return TuningConfigs([config for config in self.configs if predicate(config)])
 
     def map(self, transform: Callable[[LayerConfig], LayerConfig]) -> TuningConfigs:
-        """A new collection of ``transform(config)`` for every config.
-
-        Parameters
-        ----------
-        transform : callable
-            LayerConfig → LayerConfig.
-
-        Returns
-        -------
-        TuningConfigs
-            The transformed configs, in order.
-
-        Raises
-        ------
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."`` when ``transform``
-            returns something else.
-        """
+        """A new collection of ``transform(config)`` for every config (TypeError when
+        ``transform`` returns something else than a LayerConfig)."""
         return TuningConfigs([transform(config) for config in self.configs])

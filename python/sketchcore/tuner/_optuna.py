@@ -63,8 +63,7 @@ class OptunaSearch(SearchAlgorithm):
     >>> len(search.history), search.is_finished(), 1 <= search.get_best_params()["rank"] <= 8
     (3, True, True)
     >>> len(search.study.trials), search.get_trials_dataframe().shape[0]
-    (3, 3)
-    """
+    (3, 3)"""
 
     def __init__(self, n_trials: int = 100, sampler: Any = None, direction: str = "maximize",
                  study_name: Optional[str] = None, storage: Optional[str] = None, load_if_exists: bool = False,
@@ -93,8 +92,7 @@ class OptunaSearch(SearchAlgorithm):
     @property
     def study(self) -> Any:
         """The Optuna study of the latest :meth:`initialize` (None before), for Optuna's own
-        analysis and plots (``optuna.visualization``).
-        """
+        analysis and plots (``optuna.visualization``)."""
         return self._study
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
@@ -128,8 +126,7 @@ class OptunaSearch(SearchAlgorithm):
         Raises
         ------
         RuntimeError
-            Before :meth:`initialize`.
-        """
+            Before :meth:`initialize`."""
         self._ready("get_next_params")
         if self.is_finished():
             return None
@@ -144,8 +141,7 @@ class OptunaSearch(SearchAlgorithm):
         ------
         RuntimeError
             Before :meth:`initialize`, or without a pending trial (call :meth:`get_next_params`
-            first).
-        """
+            first)."""
         self._ready("update")
         if self._trial is None:
             raise RuntimeError("OptunaSearch.update: no pending trial; call get_next_params() first")
@@ -164,8 +160,7 @@ class OptunaSearch(SearchAlgorithm):
         return self._count >= self.n_trials or self._exhausted
 
     def reset(self) -> None:
-        """Starts over with a fresh study on the same space (Panther's ``reset``).
-        """
+        """Starts over with a fresh study on the same space (Panther's ``reset``)."""
         self.initialize(getattr(self, "param_space", {}))
 
     def get_trials_dataframe(self) -> Any:
@@ -174,15 +169,13 @@ class OptunaSearch(SearchAlgorithm):
         return None if self._study is None else self._study.trials_dataframe()
 
     def set_user_attr(self, key: str, value: Any) -> None:
-        """Sets a user attribute on the pending trial (none: nothing happens).
-        """
+        """Sets a user attribute on the pending trial (none: nothing happens)."""
         if self._trial is not None:
             self._trial.set_user_attr(key, value)
 
     def report_intermediate(self, value: float, step: int) -> None:
         """Reports an intermediate value of the pending trial, for Optuna's pruners (none
-        pending: nothing happens).
-        """
+        pending: nothing happens)."""
         if self._trial is not None:
             self._trial.report(value, step)
 
@@ -218,8 +211,7 @@ class OptunaSearch(SearchAlgorithm):
         Parameters
         ----------
         filepath : str or os.PathLike
-            Where to write.
-        """
+            Where to write."""
         super().save_state(filepath)
 
     def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
@@ -229,6 +221,5 @@ class OptunaSearch(SearchAlgorithm):
         ------
         ValueError
             ``"OptunaSearch.load_state: '...': expected a state saved by OptunaSearch.save_state,
-            got ..."``.
-        """
+            got ..."``."""
         super().load_state(filepath)

@@ -75,8 +75,7 @@ class LayerNameResolver:
             indices, unknown keys).
         TypeError
             A selector value of the wrong type (``"LayerConfig: layer_names['indices']: expected
-            an int or a list of ints, got ..."``).
-        """
+            an int or a list of ints, got ..."``)."""
         return resolve(self.layer_map, selectors)
 
 
@@ -139,8 +138,7 @@ class ParamsResolver:
         ValueError
             A selector that matches nothing, or ``params`` a layer does not accept (``"SKAutoTuner:
             layer '...' (Linear): params: expected keys among [...]"``, ``"...: rank: expected at
-            most min(in, out) = ..."``, ...).
-        """
+            most min(in, out) = ..."``, ...)."""
         names = config.layer_names
         if not (isinstance(names, list) and all(isinstance(n, str) and n in self.layer_map for n in names)):
             names = resolve(self.layer_map, names)

@@ -44,7 +44,19 @@ def _read(path: str) -> tuple[Any, bool]:
                          f"({type(error).__name__}: {error})") from None
 
 
-def _saved_tensors(layer: Any) -> Optional[dict[str, torch.Tensor]]:
+def _tensor_lists(layer: Any) -> dict[str, Any]:
+    """A chosen layer's tensors as nested lists, for JSON: factors computed from the data seen
+    while tuning (whitened) cannot be rebuilt from the params alone."""
+    if not isinstance(layer, nn.Module):
+        return {}
+    return {"tensors": {key: value.detach().cpu().tolist() for key, value in layer.state_dict().items()}}
+
+
+def _saved_tensors(entry: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
+    """The tensors saved for a chosen layer: a pickled module's, or JSON's lists."""
+    if isinstance(entry.get("tensors"), dict):
+        return {key: torch.tensor(value, dtype=torch.float64) for key, value in entry["tensors"].items()}
+    layer = entry.get("best_layer")
     if isinstance(layer, nn.Module):
         return dict(layer.state_dict())
     if isinstance(layer, PantherStub):
@@ -55,11 +67,12 @@ def _saved_tensors(layer: Any) -> Optional[dict[str, torch.Tensor]]:
 def save(path: str, results: dict[str, Any], best_params: dict[str, dict[str, Any]], configs: Any,
          extra: dict[str, Any]) -> None:
     """Writes a pickle of Panther's layout (``.pkl``/``.pickle``: the chosen layers as modules,
-    the configs as objects) or JSON of the same without the modules; ``extra`` (history,
-    evaluations, accuracies) goes in either. Parent directories are created."""
+    the configs as objects) or JSON of the same with the chosen layers' tensors as lists instead
+    of the modules; ``extra`` (history, evaluations, accuracies) goes in either. Parent
+    directories are created."""
     as_pickle = _is_pickle(path)
     best = {name: {"params": d["params"], "copy_weights": d["copy_weights"],
-                   **({"best_layer": d.get("best_layer")} if as_pickle else {})}
+                   **({"best_layer": d.get("best_layer")} if as_pickle else _tensor_lists(d.get("best_layer")))}
             for name, d in best_params.items()}
     data = {"format": _FORMAT, "results": results, "best_params": best,
             "config": configs if as_pickle else repr(configs), **extra}
@@ -110,7 +123,7 @@ def _rebuild(where: str, layer: nn.Module, name: str, entry: dict[str, Any], cop
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: layer {name!r}: params {params}: {error}") from None
     module = built(found[0], layer)
-    saved = _saved_tensors(entry.get("best_layer"))
+    saved = _saved_tensors(entry)
     if saved:
         try:
             module.load_state_dict(saved, strict=True)

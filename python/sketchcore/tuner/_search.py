@@ -48,70 +48,42 @@ class SearchAlgorithm:
     >>> while (params := search.get_next_params()) is not None:
     ...     search.update(params, -params["rank"])
     >>> search.get_best_params(), search.get_best_score(), len(search.history)
-    ({'rank': 4}, -4.0, 2)
-    """
+    ({'rank': 4}, -4.0, 2)"""
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Starts a search over ``param_space`` (name → list, Categorical, Int or Float) and
-        clears the history and the best result.
-
-        Parameters
-        ----------
-        param_space : mapping
-            Parameter name → its specification.
-        """
+        """Starts a search over ``param_space`` (parameter name → list, Categorical, Int or
+        Float) and clears the history and the best result."""
         self.param_space = dict(param_space)
         self.best_params: Optional[dict[str, Any]] = None
         self.best_score: Optional[float] = None
         self.history: list[tuple[dict[str, Any], float]] = []
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next parameters to evaluate, or None when the search is done.
-
-        Returns
-        -------
-        dict or None
-            Parameter name → value.
-
-        Raises
-        ------
-        NotImplementedError
-            In the base class; subclasses implement it.
-        """
+        """The next parameters to evaluate (name → value), or None when the search is done
+        (NotImplementedError in the base class: subclasses implement it)."""
         raise NotImplementedError
 
     def update(self, params: Mapping[str, Any], score: float) -> None:
-        """Records ``score`` (higher is better) for ``params``, updating the best result.
-
-        Parameters
-        ----------
-        params : mapping
-            The parameters evaluated.
-        score : float
-            Their score; ``-inf`` marks an infeasible trial.
-        """
+        """Records ``score`` (higher is better; ``-inf`` marks an infeasible trial) for
+        ``params``, updating the best result."""
         self.history.append((dict(params), float(score)))
         if self.best_score is None or score > self.best_score:
             self.best_params, self.best_score = dict(params), float(score)
 
     def get_best_params(self) -> Optional[dict[str, Any]]:
-        """The parameters of the highest score so far, or None before any :meth:`update`.
-        """
+        """The parameters of the highest score so far, or None before any :meth:`update`."""
         return self.best_params
 
     def get_best_score(self) -> Optional[float]:
-        """The highest score so far, or None before any :meth:`update`.
-        """
+        """The highest score so far, or None before any :meth:`update`."""
         return self.best_score
 
     def reset(self) -> None:
-        """Starts the search over again on the same parameter space.
-        """
+        """Starts the search over again on the same parameter space."""
         self.initialize(getattr(self, "param_space", {}))
 
     def is_finished(self) -> bool:
-        """Whether the search has nothing more to propose (always False in the base class).
-        """
+        """Whether the search has nothing more to propose (always False in the base class)."""
         return False
 
     def _state(self) -> dict[str, Any]:
@@ -145,27 +117,15 @@ class SearchAlgorithm:
         ...     search.save_state(path)
         ...     resumed.load_state(path)
         >>> resumed.get_next_params(), resumed.get_best_score()
-        ({'rank': 8}, 0.5)
-        """
+        ({'rank': 8}, 0.5)"""
         with open(filepath, "wb") as f:
             pickle.dump({"format": _STATE_FORMAT, "class": type(self).__name__, "state": self._state()}, f)
 
     def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Restores what :meth:`save_state` wrote (a search of the same class), so the search goes
-        on where it stood. The file is read with the tuner's restricted unpickler.
-
-        Parameters
-        ----------
-        filepath : str or os.PathLike
-            A file written by ``save_state`` of this class.
-
-        Raises
-        ------
-        FileNotFoundError
-            When the file does not exist.
-        ValueError
-            ``"<Class>.load_state: '...': expected a state saved by <Class>.save_state, got ..."``.
-        """
+        """Restores what :meth:`save_state` wrote (a search of the same class, read with the
+        tuner's restricted unpickler), so the search goes on where it stood. FileNotFoundError
+        for a missing file; ValueError ``"<Class>.load_state: '...': expected a state saved by
+        <Class>.save_state, got ..."``."""
         from sketchcore.tuner._safe_pickle import safe_load
 
         name = type(self).__name__
@@ -210,8 +170,7 @@ class RandomSearch(SearchAlgorithm):
     >>> search.initialize({"rank": Int(1, 8), "kernel": ["a", "b"]})
     >>> draws = [search.get_next_params() for _ in range(4)]
     >>> [1 <= d["rank"] <= 8 and d["kernel"] in ("a", "b") for d in draws[:3]], draws[3], search.is_finished()
-    ([True, True, True], None, True)
-    """
+    ([True, True, True], None, True)"""
 
     def __init__(self, n_trials: int = 20, seed: Optional[int] = None) -> None:
         self.n_trials = _check_trials(n_trials, "RandomSearch")
@@ -244,16 +203,14 @@ class RandomSearch(SearchAlgorithm):
         return self._random.choice(values)
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """A fresh draw from the space, or None after ``n_trials`` draws.
-        """
+        """A fresh draw from the space, or None after ``n_trials`` draws."""
         if self._drawn >= self.n_trials:
             return None
         self._drawn += 1
         return {name: self._draw(name, spec) for name, spec in self.param_space.items()}
 
     def is_finished(self) -> bool:
-        """Whether all ``n_trials`` draws were made.
-        """
+        """Whether all ``n_trials`` draws were made."""
         return self._drawn >= self.n_trials
 
 
@@ -280,13 +237,7 @@ class GridSearch(SearchAlgorithm):
     """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Starts the grid over ``param_space``; see the class example.
-
-        Raises
-        ------
-        ValueError
-            For a continuous Float (no ``step``).
-        """
+        """Starts the grid over ``param_space`` (ValueError for a continuous Float)."""
         super().initialize(param_space)
         lists = {}
         for name, spec in self.param_space.items():
@@ -298,8 +249,7 @@ class GridSearch(SearchAlgorithm):
         self._position = 0
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next combination, or None once every combination was proposed.
-        """
+        """The next combination, or None once every combination was proposed."""
         if self._position >= len(self._grid):
             self._position = len(self._grid) + 1  # asked past the end: finished
             return None
@@ -307,8 +257,7 @@ class GridSearch(SearchAlgorithm):
         return dict(self._grid[self._position - 1])
 
     def is_finished(self) -> bool:
-        """Whether :meth:`get_next_params` has returned None.
-        """
+        """Whether :meth:`get_next_params` has returned None."""
         return self._position > len(self._grid)
 
     def _state(self) -> dict[str, Any]:

@@ -140,8 +140,7 @@ class SpectralSearch:
         Raises
         ------
         AttributeError
-            ``"SpectralSearch has no Optuna study: ..."``.
-        """
+            ``"SpectralSearch has no Optuna study: ..."``."""
         raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for "
                              "Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for "
                              "this one's evaluations")
