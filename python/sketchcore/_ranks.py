@@ -5,10 +5,11 @@ Python (no torch): conversion, the tuner and the CLI all stand on it.
 
 Why the alignment: a GEMM whose inner width is not a multiple of 16 bytes (8 bf16/fp16
 elements) falls off the tensor-core kernels (docs/performance_results.md has the figures), and
-widths that are multiples of 64 fill whole tiles. So a chosen rank is a multiple of 64 once it is large (from 256, where rounding to 64
-gives up at most a fifth of the rank), else a multiple of 16; a rank below 16 (a tiny layer,
-where alignment cannot matter) stays as it is. A rank the *user* fixes is never changed: the
-core pads what it owns so that any rank runs on the fast kernels.
+widths that are multiples of 64 fill whole tiles. So a chosen rank is a multiple of 64 once it
+is large (from 256, where rounding to 64 gives up at most a fifth of the rank), else a multiple
+of 16; a rank below 16 (a tiny layer, where alignment cannot matter) stays as it is. A rank the
+*user* fixes is never changed: the core pads what it owns so that any rank runs on the fast
+kernels.
 
 Budgets are never exceeded: sizing by ``param_ratio`` rounds *down*; sizing by ``tolerance``
 rounds *up* (the error only falls with the rank) while the layer stays smaller than dense.

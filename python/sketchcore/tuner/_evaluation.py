@@ -31,8 +31,9 @@ class Evaluator:
     installed, how large, how accurate, how it scores. ``threshold`` is the tuner's
     ``accuracy_threshold``; ``"dense"`` becomes a number once :meth:`measure_dense` ran."""
 
-    def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], units: list[Unit], accuracy: Callable[..., Any],
-                 optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold, log: ResultsLog) -> None:
+    def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], units: list[Unit],
+                 accuracy: Callable[..., Any], optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold,
+                 log: ResultsLog) -> None:
         self.model, self.layer_map, self.units, self.log = model, layer_map, units, log
         self.accuracy_fn, self.optimize, self.runs, self.given = accuracy, optimize, runs, threshold
         self.threshold: Optional[float] = threshold if isinstance(threshold, float) else None
@@ -68,7 +69,8 @@ class Evaluator:
         ``resource=`` when a search hands one out, as Panther's hyperband hook)."""
         scores = []
         for _ in range(self.runs):
-            value = self.accuracy_fn(self.model) if resource is None else self.accuracy_fn(self.model, resource=resource)
+            value = (self.accuracy_fn(self.model) if resource is None
+                     else self.accuracy_fn(self.model, resource=resource))
             scores.append(checked_score(value, "accuracy_eval_func"))
             self.log.evaluations += 1
             if not self._scale_checked:
@@ -105,7 +107,8 @@ class Evaluator:
                       for u, i in zip(self.units, assignment) for name in u.names}, self.meets(accuracy))
         return accuracy
 
-    def score(self, assignment: Assignment, accuracy: float, measure_speed: bool = False) -> tuple[float, Optional[float]]:
+    def score(self, assignment: Assignment, accuracy: float,
+              measure_speed: bool = False) -> tuple[float, Optional[float]]:
         """The score rule, (score, speed): the accuracy without a threshold (Panther's); with
         one, −∞ below it, else ``optmization_eval_func``'s value when ``measure_speed`` and the
         function is given, else minus the model's stored size (the smallest model meeting it)."""

@@ -2,8 +2,9 @@
 are needed.
 
 What is known without evaluating the model: every candidate starts from the SVD of its trained
-layer, so its weight error is the tail of the layer's singular spectrum, and its size is exact.
-What is not known: how much weight error each layer's part of the model tolerates. So:
+layer (the whitened SVD, given the layer's inputs), so its error is the tail of a singular
+spectrum, and its size is exact. What is not known: how much error each layer's part of the
+model tolerates. So:
 
 1. **One global tolerance, bisected.** A tolerance τ picks, in every layer, the smallest candidate
    whose weight error is ≤ τ (or the dense layer). The assignment only changes at the candidates'
@@ -70,8 +71,9 @@ class SpectralSearch:
     """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
     of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
     turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
-    the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
-    False: of the weight error.
+    the inputs seen while the dense model was evaluated (captured then, no extra evaluation),
+    and a Linear layer's candidates get the factors that minimise it (the whitened truncation
+    ``sketch_model`` computes from calibration data); False: weight errors, the weight's SVD.
 
     Pass it as :class:`SKAutoTuner`'s ``search_algorithm`` (None gives ``SpectralSearch()``).
 

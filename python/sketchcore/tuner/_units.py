@@ -51,7 +51,7 @@ def units_of(configs: Any, layers: dict[str, nn.Module], grams: Optional[dict[st
     for config in configs:
         params: Any = "auto" if config._auto else config.params
         if first_only and params != "auto":
-            params = {key: [choices(spec, key)[0]] for key, spec in params.items()}
+            params = {key: [choices(spec, key)[0]] for key, spec in params.items()}  # type: ignore[index]
         for unit in build_units(layers, config.layer_names, params, config.separate, config.copy_weights, grams):
             units.append(unit)
             owners.append(config)
