@@ -197,27 +197,26 @@ class SpectralSearch:
         bisection, then probes below its boundary (accuracy measured on a finite test set is not
         exactly monotone in the size: a smaller option may pass where the next larger one failed)
         until ``PROBES`` in a row fail."""
-        unit = units[i]
-        top = len(unit.options) if current[i] is None else current[i]  # index `len` stands for dense
-        lo, hi = -1, top  # hi: feasible (the current state); lo: assumed infeasible
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial = list(current)
-            trial[i] = mid
-            if feasible(tuple(trial)):
-                hi = mid
-            else:
-                lo = mid
-        misses, probe = 0, hi - 2
+        top = len(units[i].options) if current[i] is None else current[i]  # index `len` stands for dense
+        trial = list(current)
+        hi = _lowest_feasible(trial, i, top, feasible)  # the current state (top) is feasible
+        below = self._probe_below(trial, i, hi - 2, feasible)
+        hi = hi if below is None else below
+        return None if hi == len(units[i].options) else hi
+
+    def _probe_below(self, trial: list[Optional[int]], i: int, start: int,
+                     feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """Options ``start``, ``start − 1``, … of unit i until ``PROBES`` in a row fail: the
+        lowest feasible one found, or None."""
+        misses, probe, found = 0, start, None
         while misses < self.PROBES and probe >= 0:
-            trial = list(current)
             trial[i] = probe
             if feasible(tuple(trial)):
-                hi, misses = probe, 0
+                found, misses = probe, 0
             else:
                 misses += 1
             probe -= 1
-        return None if hi == len(unit.options) else hi
+        return found
 
     def _trade(self, units: list[Unit], spectral: list[int], current: list[Optional[int]],
                feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
@@ -234,14 +233,7 @@ class SpectralSearch:
                     continue
                 trial = list(current)
                 trial[j] += step  # type: ignore[operator]
-                misses, probe, found = 0, current[big] - 1, None
-                while misses < self.PROBES and probe >= 0:
-                    trial[big] = probe
-                    if feasible(tuple(trial)):
-                        found, misses = probe, 0
-                    else:
-                        misses += 1
-                    probe -= 1
+                found = self._probe_below(trial, big, current[big] - 1, feasible)  # type: ignore[operator]
                 if found is not None:
                     trial[big] = found
                     if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
@@ -252,17 +244,22 @@ class SpectralSearch:
     def _cheapest(units: list[Unit], i: int, current: list[Optional[int]],
                   feasible: Callable[[Assignment], bool]) -> Optional[int]:
         """Options without a spectrum: the cheapest feasible one, or dense if none is."""
-        unit = units[i]
         trial = list(current)
-        trial[i] = len(unit.options) - 1
+        trial[i] = len(units[i].options) - 1
         if not feasible(tuple(trial)):
             return None
-        lo, hi = -1, len(unit.options) - 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial[i] = mid
-            if feasible(tuple(trial)):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return _lowest_feasible(trial, i, len(units[i].options) - 1, feasible)
+
+
+def _lowest_feasible(trial: list[Optional[int]], i: int, hi: int, feasible: Callable[[Assignment], bool]) -> int:
+    """Bisection over the options of unit i below ``hi`` (known feasible; ``trial`` the others):
+    the lowest one found feasible, assuming feasibility grows with the option."""
+    lo = -1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        trial[i] = mid
+        if feasible(tuple(trial)):
+            hi = mid
+        else:
+            lo = mid
+    return hi
