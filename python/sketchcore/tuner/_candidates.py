@@ -1,7 +1,8 @@
 """What each layer can become: Panther's layer-type mapping (Linear → SKLinear or LowRankLinear,
 Conv2d → SKConv2d, MultiheadAttention → RandMultiHeadAttention), the candidates of a search space
-with their stored size and, for the low-rank ones, their relative weight error read off the
-layer's singular spectrum — the error-vs-size curve, known without evaluating the model."""
+with their stored size and, for the low-rank ones, their relative error read off a singular
+spectrum — the error-vs-size curve, known without evaluating the model. The layers are built by
+conversion's own code (``sketchcore.torch._convert_linear``, ``SKConv2d.fromTorch``)."""
 from __future__ import annotations
 
 import itertools
@@ -29,23 +30,10 @@ LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
 
 
 def get_sketched_class(layer_type: type) -> type:
-    """The sketched class that replaces ``layer_type`` (Panther's function of the same name).
-
-    Parameters
-    ----------
-    layer_type : type
-        A dense layer class: ``nn.Linear``, ``nn.Conv2d`` or ``nn.MultiheadAttention``.
-
-    Returns
-    -------
-    type
-        ``SKLinear``, ``SKConv2d`` or ``RandMultiHeadAttention``.
-
-    Raises
-    ------
-    ValueError
-        ``"get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d',
-        'MultiheadAttention'], got ..."``."""
+    """The sketched class that replaces ``layer_type`` (Panther's function of the same name):
+    ``SKLinear`` for ``nn.Linear``, ``SKConv2d`` for ``nn.Conv2d``, ``RandMultiHeadAttention`` for
+    ``nn.MultiheadAttention``; ValueError ``"get_sketched_class: layer_type: expected one of
+    ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."`` for another type."""
     if layer_type not in LAYER_TYPE_MAPPING:
         raise ValueError(f"get_sketched_class: layer_type: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
                          f"got {getattr(layer_type, '__name__', repr(layer_type))}")
@@ -56,8 +44,8 @@ def get_sketched_class(layer_type: type) -> type:
 @dataclass
 class Candidate:
     """One setting of one layer: its parameters, the numbers it stores (parameters + buffers),
-    its relative weight error ‖W − W_r‖_F/‖W‖_F at the SVD initialisation (None where no spectrum
-    applies), how to build it, and the name of the class it builds."""
+    its relative error at initialisation (of the weight, or of the outputs on captured inputs;
+    None where no spectrum applies), how to build it, and the name of the class it builds."""
 
     params: dict[str, Any]
     size: int
