@@ -15,43 +15,33 @@ ParamsArg = Union[str, Mapping[str, Any]]
 class LayerConfig:
     """The layers to tune and their search space.
 
-    ``layer_names``: a layer name or regular expression, a list of them, or a dict with any of
-    ``"pattern"`` (regex or list), ``"type"`` (class name such as ``"Linear"``, or a list),
-    ``"contains"`` (substring or list), then ``"indices"`` (int or list) or ``"range"``
-    (``[start, end]`` or ``[start, end, step]``) over the sorted matches.
-    ``params``: ``"auto"`` (the layers' whole useful range: a LowRankLinear of every rank that
-    saves parameters for ``nn.Linear``, SKConv2d ranks for ``nn.Conv2d``, feature counts for
-    ``nn.MultiheadAttention``) or a dict of parameter → list / ``Categorical`` / ``Int`` /
-    ``Float`` (``num_terms``/``low_rank`` give Panther's SKLinear/SKConv2d, ``rank`` a
-    LowRankLinear, ``num_random_features``/``kernel_fn`` a RandMultiHeadAttention).
-    ``separate``: tune each layer on its own (True) or give the group one shared setting.
-    ``copy_weights``: start every candidate from the trained layer (SVD conversion; True) or
-    from a fresh random layer (False, as Panther without copying).
-
     Parameters
     ----------
     layer_names : str, list of str or dict
-        Which of the model's layers (see above); resolved against the model by :class:`SKAutoTuner`.
+        A layer name or regular expression, a list of them, or a dict with any of ``"pattern"``
+        (regex or list), ``"type"`` (class name such as ``"Linear"``, or a list), ``"contains"``
+        (substring or list), then ``"indices"`` (int or list) or ``"range"`` (``[start, end]``
+        or ``[start, end, step]``) over the sorted matches; resolved by :class:`SKAutoTuner`.
     params : "auto" or dict, default "auto"
-        The search space: ``"auto"`` or parameter name → list, :class:`Categorical`, :class:`Int`
-        or :class:`Float`.
+        ``"auto"`` (every LowRankLinear rank that saves numbers for ``nn.Linear``, SKConv2d
+        ranks for ``nn.Conv2d``, feature counts for ``nn.MultiheadAttention``) or parameter →
+        list, :class:`Categorical`, :class:`Int` or :class:`Float` (``num_terms``/``low_rank``:
+        Panther's SKLinear/SKConv2d; ``rank``: LowRankLinear; ``num_random_features``/
+        ``kernel_fn``: RandMultiHeadAttention).
     separate : bool, default True
         Tune each selected layer on its own (True) or the group with one shared setting (False).
     copy_weights : bool, default True
-        Initialize candidates from the trained weights (True) or randomly (False).
+        Start candidates from the trained layer (conversion; True) or random (False, as Panther
+        without copying).
 
     Raises
     ------
     TypeError
-        ``"LayerConfig: layer_names: expected a string, a list of strings or a dict of selectors,
-        got ..."``, ``"LayerConfig: params: expected 'auto' or a dict, got ..."`` (a non-dict),
-        ``"LayerConfig: separate: expected a bool, got ..."`` (likewise copy_weights), or
-        ``"params: <name>: expected a list, Categorical, Int or Float, got ..."``.
+        ``"LayerConfig: <argument>: expected ..., got ..."`` for a wrong type, or ``"params:
+        <name>: expected a list, Categorical, Int or Float, got ..."``.
     ValueError
-        ``"LayerConfig: params: expected 'auto' or a dict, got 'x'"`` (another string),
-        ``"LayerConfig: params: expected at least one parameter, got an empty dict"``, or an
-        empty list / an Int range of more than 4096 values for a parameter (``"params: <name>:
-        ..."``).
+        A string ``params`` other than ``"auto"``, an empty dict, an empty list or an Int range
+        of more than 4096 values.
 
     Examples
     --------

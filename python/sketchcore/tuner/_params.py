@@ -31,10 +31,8 @@ class Categorical:
 
     Raises
     ------
-    TypeError
-        ``"Categorical: choices: expected a sequence, got ..."``.
-    ValueError
-        ``"Categorical: choices: expected at least one choice, got an empty sequence"``.
+    TypeError, ValueError
+        A string or non-sequence; an empty sequence.
 
     Examples
     --------
@@ -78,11 +76,8 @@ class Int:
 
     Raises
     ------
-    TypeError
-        A non-int bound or step (``"Int: low: expected an int, got float 1.5"``).
-    ValueError
-        ``"Int: high: expected ≥ low = ..., got ..."``, ``"Int: step: expected an integer ≥ 1,
-        got ..."`` or ``"Int: low: expected > 0 with log=True, got ..."``.
+    TypeError, ValueError
+        A non-int bound or step; ``high`` < ``low``, ``step`` < 1, or ``low`` ≤ 0 with ``log``.
 
     Examples
     --------
@@ -129,12 +124,9 @@ class Float:
 
     Raises
     ------
-    TypeError
-        A non-number bound or step (``"Float: low: expected a real number, got str 'a'"``).
-    ValueError
-        A non-finite bound (``"Float: low: expected a finite number, got inf"``), ``"Float: high:
-        expected ≥ low = ..., got ..."``, ``"Float: step: expected > 0, got ..."`` or ``"Float:
-        low: expected > 0 with log=True, got ..."``.
+    TypeError, ValueError
+        A non-number bound or step; a non-finite bound, ``high`` < ``low``, ``step`` ≤ 0, or
+        ``low`` ≤ 0 with ``log``.
 
     Examples
     --------
