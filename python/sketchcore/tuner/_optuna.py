@@ -4,8 +4,7 @@ DataFrame, user attributes, pruning hooks, and saving/loading the search's state
 from __future__ import annotations
 
 import copy
-import os
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 from sketchcore.tuner._params import Float, Int, choices
 from sketchcore.tuner._search import SearchAlgorithm, _check_trials
@@ -23,7 +22,10 @@ class OptunaSearch(SearchAlgorithm):
     ``studies`` all of them; each study after the first gets a fresh copy of the sampler as it
     was given (a sampler learns one study). An infeasible trial (score −∞) is told as that value, as in
     Panther. With Optuna's ``GridSampler`` the search finishes once every grid point was tried,
-    as ``study.optimize`` would stop.
+    as ``study.optimize`` would stop. :meth:`save_state` writes the space, counts, best result,
+    study name and storage: with a ``storage`` the study itself is in it and :meth:`load_state`
+    reloads it from there; without one its trials are not saved (as in Panther) and a fresh
+    study goes on.
 
     Parameters
     ----------
@@ -202,24 +204,3 @@ class OptunaSearch(SearchAlgorithm):
         else:  # an in-memory study's trials are not in the file (as in Panther): a fresh study goes on
             self._study = self._optuna.create_study(sampler=sampler, direction=self.direction, study_name=name)
         self.studies = [self._study]
-
-    def save_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Writes the search's state (space, counts, best result, study name and storage); with a
-        ``storage`` the study itself is in it, and :meth:`load_state` reloads it from there;
-        without one its trials are not saved (as in Panther) and a fresh study goes on.
-
-        Parameters
-        ----------
-        filepath : str or os.PathLike
-            Where to write."""
-        super().save_state(filepath)
-
-    def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Restores what :meth:`save_state` wrote; see there.
-
-        Raises
-        ------
-        ValueError
-            ``"OptunaSearch.load_state: '...': expected a state saved by OptunaSearch.save_state,
-            got ..."``."""
-        super().load_state(filepath)
