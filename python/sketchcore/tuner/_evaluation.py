@@ -27,20 +27,24 @@ def built(candidate: Any, dense: nn.Module) -> nn.Module:
 
 
 class Evaluator:
-    """Evaluations of one ``tune()`` over its ``units``: what the model is with an assignment
+    """Evaluations of one ``tune()`` over its units: what the model is with an assignment
     installed, how large, how accurate, how it scores. ``threshold`` is the tuner's
     ``accuracy_threshold``; ``"dense"`` becomes a number once :meth:`measure_dense` ran."""
 
-    def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], units: list[Unit],
-                 accuracy: Callable[..., Any], optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold,
-                 log: ResultsLog) -> None:
-        self.model, self.layer_map, self.units, self.log = model, layer_map, units, log
+    def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], accuracy: Callable[..., Any],
+                 optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold, log: ResultsLog) -> None:
+        self.model, self.layer_map, self.log = model, layer_map, log
         self.accuracy_fn, self.optimize, self.runs, self.given = accuracy, optimize, runs, threshold
         self.threshold: Optional[float] = threshold if isinstance(threshold, float) else None
         self.dense_size = stored(model)
-        self.dense = tuple(None for _ in units)
-        self._built: dict[tuple[int, int], list[nn.Module]] = {}
         self._scale_checked = False
+        self.set_units([])
+
+    def set_units(self, units: list[Unit]) -> None:
+        """What the evaluations assign settings to (the dense model is measured before the
+        units exist: its evaluation captures the Gram matrices they are built from)."""
+        self.units, self.dense = units, tuple(None for _ in units)
+        self._built: dict[tuple[int, int], list[nn.Module]] = {}
         self.evaluation_of: dict[Assignment, int] = {}
 
     def modules(self, u: int, index: int) -> list[nn.Module]:

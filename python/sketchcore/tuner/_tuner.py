@@ -244,13 +244,13 @@ class SKAutoTuner:
         if spectral_search and self.num_runs_per_param > search.max_evaluations:
             raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
                              f"= {search.max_evaluations}, got {self.num_runs_per_param}")
-        evaluator = Evaluator(self.model, self.layer_map, [], self.accuracy_eval_func, self.optmization_eval_func,
+        evaluator = Evaluator(self.model, self.layer_map, self.accuracy_eval_func, self.optmization_eval_func,
                               self.num_runs_per_param, self.accuracy_threshold, log)
         with capture(selected if spectral_search and search.data_aware else {}) as grams:
             if spectral_search or self.accuracy_threshold == DENSE:  # the Gram matrices come with it
                 self.dense_accuracy = evaluator.measure_dense(list(selected))
-        evaluator.units, owners = units_of(self.configs, self.layer_map, grams)
-        evaluator.dense = tuple(None for _ in evaluator.units)
+        units, owners = units_of(self.configs, self.layer_map, grams)  # built after the Grams were captured
+        evaluator.set_units(units)
         if spectral_search:
             assert self.dense_accuracy is not None
             best, self.final_accuracy = spectral(evaluator, search, self.dense_accuracy)
