@@ -65,7 +65,8 @@ class OptunaSearch(SearchAlgorithm):
     >>> len(search.history), search.is_finished(), 1 <= search.get_best_params()["rank"] <= 8
     (3, True, True)
     >>> len(search.study.trials), search.get_trials_dataframe().shape[0]
-    (3, 3)"""
+    (3, 3)
+    """
 
     def __init__(self, n_trials: int = 100, sampler: Any = None, direction: str = "maximize",
                  study_name: Optional[str] = None, storage: Optional[str] = None, load_if_exists: bool = False,

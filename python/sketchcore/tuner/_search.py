@@ -48,7 +48,8 @@ class SearchAlgorithm:
     >>> while (params := search.get_next_params()) is not None:
     ...     search.update(params, -params["rank"])
     >>> search.get_best_params(), search.get_best_score(), len(search.history)
-    ({'rank': 4}, -4.0, 2)"""
+    ({'rank': 4}, -4.0, 2)
+    """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
         """Starts a search over ``param_space`` (parameter name → list, Categorical, Int or
@@ -117,7 +118,8 @@ class SearchAlgorithm:
         ...     search.save_state(path)
         ...     resumed.load_state(path)
         >>> resumed.get_next_params(), resumed.get_best_score()
-        ({'rank': 8}, 0.5)"""
+        ({'rank': 8}, 0.5)
+        """
         with open(filepath, "wb") as f:
             pickle.dump({"format": _STATE_FORMAT, "class": type(self).__name__, "state": self._state()}, f)
 
@@ -170,7 +172,8 @@ class RandomSearch(SearchAlgorithm):
     >>> search.initialize({"rank": Int(1, 8), "kernel": ["a", "b"]})
     >>> draws = [search.get_next_params() for _ in range(4)]
     >>> [1 <= d["rank"] <= 8 and d["kernel"] in ("a", "b") for d in draws[:3]], draws[3], search.is_finished()
-    ([True, True, True], None, True)"""
+    ([True, True, True], None, True)
+    """
 
     def __init__(self, n_trials: int = 20, seed: Optional[int] = None) -> None:
         self.n_trials = _check_trials(n_trials, "RandomSearch")

@@ -305,7 +305,8 @@ class SKAutoTuner:
         >>> calls = []
         >>> tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [4, 8]}), lambda m: calls.append(1) or 1.0)
         >>> tuner.replace_without_tuning()[0], len(calls)
-        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)"""
+        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)
+        """
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
             raise ValueError(f"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got "
                              f"{tolerance!r}")
@@ -374,7 +375,8 @@ class SKAutoTuner:
         ...     tuner.save_tuning_results(os.path.join(directory, "tuning.json"))
         ...     fresh.load_tuning_results(os.path.join(directory, "tuning.json"))
         >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
-        ({'rank': 16}, 'LowRankLinear')"""
+        ({'rank': 16}, 'LowRankLinear')
+        """
         path = os.fspath(file_path)
         selected = {name: config.copy_weights for config in self.configs for name in config.layer_names}
         data = _results_file.load(path, selected, self.layer_map)
