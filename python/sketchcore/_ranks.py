@@ -1,21 +1,23 @@
-"""Ranks the hardware likes: the one rule every path that *chooses* a rank follows
-(``sketch_model``'s ``param_ratio``/``tolerance``/``calibration``, the tuner's search spaces,
-``sketchcore convert``).
+"""Ranks: the one rule every path that *chooses* a rank follows (``sketch_model``'s
+``param_ratio``/``tolerance``/``calibration``, the tuner's search spaces, ``sketchcore convert``),
+the one rank-from-spectrum routine and the one parameter count of a factored layer. Pure
+Python (no torch): conversion, the tuner and the CLI all stand on it.
 
-Why: a GEMM whose inner width is not a multiple of 16 bytes (8 bf16/fp16 elements) falls off
-the tensor-core kernels. Measured on an H200 (bf16, 4096 rows, 2048 → 5632): rank 375 took
-0.24 ms on a legacy sm_75 kernel, rank 376 0.055 ms. Widths that are multiples of 64 fill whole
-tiles. So a chosen rank is a multiple of 64 once it is large (from 256, where rounding to 64
-gives up at most a fifth of the rank), else a multiple of 16; a rank below 16 (a tiny layer,
-where alignment cannot matter) stays as it is. A rank the *user* fixes is never changed: the
-core pads what it owns so that any rank runs on the fast kernels.
+Why the alignment: a GEMM whose inner width is not a multiple of 16 bytes (8 bf16/fp16
+elements) falls off the tensor-core kernels (docs/performance_results.md has the figures), and
+widths that are multiples of 64 fill whole tiles. So a chosen rank is a multiple of 64 once it
+is large (from 256, where rounding to 64 gives up at most a fifth of the rank), else a multiple
+of 16; a rank below 16 (a tiny layer, where alignment cannot matter) stays as it is. A rank the
+*user* fixes is never changed: the core pads what it owns so that any rank runs on the fast
+kernels.
 
 Budgets are never exceeded: sizing by ``param_ratio`` rounds *down*; sizing by ``tolerance``
 rounds *up* (the error only falls with the rank) while the layer stays smaller than dense.
 """
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Optional, Sequence
 
 #: Chosen ranks from this one on are multiples of LARGE_GRANULE.
 LARGE_FROM = 256
@@ -85,3 +87,60 @@ def aligned_ranks(limit: int) -> list[int]:
     if limit < SMALL_GRANULE:
         return list(range(1, limit + 1))
     return [r for r in range(SMALL_GRANULE, limit + 1, SMALL_GRANULE) if is_aligned(r)]
+
+
+def factored_size(n_in: int, n_out: int, rank: int, bias: bool = False) -> int:
+    """Numbers a factored map in → out of ``rank`` stores: rank·(in + out), plus ``out`` for a
+    bias. The one parameter count of the package: a LowRankLinear of rank r is
+    ``factored_size(in, out, r, bias)``; Panther's SKLinear of T terms of rank k learns
+    ``factored_size(in, out, T·k)`` and stores, with its fixed sketches, ``factored_size(in,
+    out, 2·T·k, bias)`` (an SKConv2d too, ``in`` its patch width in·kh·kw).
+
+    >>> factored_size(64, 32, 4), factored_size(64, 32, 4, bias=True)
+    (384, 416)
+    """
+    return rank * (n_in + n_out) + (n_out if bias else 0)
+
+
+def largest_saving_rank(dense: int, per_rank: int, fixed: int, most: int) -> int:
+    """The largest rank (at most ``most``) whose layer, storing ``rank·per_rank + fixed``
+    numbers, stores fewer than ``dense``; 0 or less when none does.
+
+    >>> largest_saving_rank(64 * 64 + 64, 128, 64, 64), largest_saving_rank(10, 128, 0, 64)
+    (31, 0)
+    """
+    return min(most, (dense - fixed - 1) // per_rank)
+
+
+def truncation_errors(energies: Sequence[float]) -> list[float]:
+    """``errors[r]`` for r = 0 … n: the relative error √(Σ_{i ≥ r} e_i / Σ_i e_i) of keeping the
+    first r of ``energies`` (largest first: squared singular values, or their output-weighted
+    energies; negative rounding counts as 0). All 0 when the energies sum to 0.
+
+    >>> [round(e, 4) for e in truncation_errors([9.0, 4.0, 0.0])]
+    [1.0, 0.5547, 0.0, 0.0]
+    """
+    tail = [0.0]
+    for energy in reversed(energies):
+        tail.append(tail[-1] + max(float(energy), 0.0))
+    tail.reverse()  # tail[r] = Σ_{i ≥ r} e_i
+    total = tail[0]
+    return [math.sqrt(t / total) if total > 0 else 0.0 for t in tail]
+
+
+def rank_for_tolerance(energies: Sequence[float], tolerance: float) -> tuple[int, float]:
+    """The smallest rank r ≥ 1 whose truncation error (:func:`truncation_errors`) is at most
+    ``tolerance``, and that error; (1, 0.0) when the energies sum to 0. The one
+    rank-from-spectrum routine: the weight's SVD (``energies`` = s²) and the whitened one
+    (s̃², the output error) both size by it.
+
+    >>> rank_for_tolerance([9.0, 4.0, 1.0], 0.3), rank_for_tolerance([0.0, 0.0], 0.1)
+    ((2, 0.2672612419124244), (1, 0.0))
+    """
+    errors = truncation_errors(energies)
+    if errors[0] == 0.0:
+        return 1, 0.0
+    for rank in range(1, len(errors)):
+        if errors[rank] <= tolerance:
+            return rank, errors[rank]
+    return len(energies), 0.0

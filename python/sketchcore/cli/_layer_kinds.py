@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sketchcore._ranks import factored_size
+
 KINDS = ("sklinear", "lowrank", "operator")
 LABELS = {"sklinear": "SKLinear", "lowrank": "LowRankLinear", "operator": "operator"}
 
@@ -43,7 +45,7 @@ class LayerShape:
     @property
     def learnable(self) -> int:
         """Learnable factor entries (the bias not counted)."""
-        return self.terms * self.rank * (self.d_in + self.d_out)
+        return factored_size(self.d_in, self.d_out, self.terms * self.rank)
 
     @property
     def buffers(self) -> int:

@@ -6,14 +6,12 @@ values the space holds)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from sketchcore.tuner._configs import LayerConfig
+from sketchcore.tuner._evaluation import Evaluator
 from sketchcore.tuner._params import Categorical
 from sketchcore.tuner._spectral import Assignment, Unit
-
-if TYPE_CHECKING:
-    from sketchcore.tuner._tuner import SKAutoTuner
 
 
 def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
@@ -38,45 +36,33 @@ def _index(unit: Unit, params: Mapping[str, Any]) -> Optional[int]:
     return None
 
 
-class BlackBoxMixin:
-    """Runs a Panther-style search for :class:`SKAutoTuner` (no public members)."""
-
-    def _black_box(self: SKAutoTuner, units: list[Unit], configs: list[LayerConfig]) -> Assignment:
-        """Per unit: ``initialize(space)``, then ``get_next_params``/``update(params, score)`` until
-        None. A trial's score: its accuracy without a threshold (Panther's); with one, −∞ below it,
-        else ``optmization_eval_func`` (Panther's) or, without that function, minus the model's
-        stored size (the smallest model meeting the threshold). The best score of each unit wins
-        (the first of equals); a unit whose every trial misses the threshold stays dense."""
-        search = self.search_algorithm
-        best: list[Optional[int]] = [None] * len(units)
-        dense = list(self._dense(units))
-        for u, (unit, config) in enumerate(zip(units, configs)):
-            if self.verbose:
-                print(f"[SKAutoTuner] tuning {unit.key}")
-            search.initialize(_space(config, unit))
-            best_score = float("-inf")
-            while (params := search.get_next_params()) is not None:
-                resource = search.get_resource() if hasattr(search, "get_resource") else None
-                index = _index(unit, params)
-                if index is None:
-                    raise ValueError(f"SKAutoTuner: search_algorithm proposed {params} for {unit.key!r}, which is not "
-                                     f"a setting of its search space {_space(config, unit)}")
-                trial = list(dense)
-                trial[u] = index
-                accuracy = self._accuracy(units, tuple(trial), "black-box", resource)
-                speed = None
-                if self._threshold is None:
-                    score = accuracy
-                elif not self._meets(accuracy):
-                    score = float("-inf")
-                elif self.optmization_eval_func is not None:
-                    score = speed = self._speed(units, tuple(trial))
-                else:
-                    score = -float(self._size(units, tuple(trial)))
-                self._record(units, tuple(trial), accuracy, score, speed, only=u)
-                search.update(params, score)
-                if score > best_score:
-                    best_score, best[u] = score, index
-        if any(i is not None for i in best):
-            self.final_accuracy = self._accuracy(units, tuple(best), "final")
-        return tuple(best)
+def black_box(evaluator: Evaluator, search: Any, configs: list[LayerConfig], verbose: bool
+              ) -> tuple[Assignment, Optional[float]]:
+    """Per unit: ``initialize(space)``, then ``get_next_params``/``update(params, score)`` until
+    None, each trial scored by the evaluator's score rule with the other units dense. The best
+    score of each unit wins (the first of equals); a unit whose every trial misses the
+    threshold stays dense. Returns the assignment chosen and its accuracy (measured, stage
+    "final"; None when every unit stays dense)."""
+    units = evaluator.units
+    best: list[Optional[int]] = [None] * len(units)
+    for u, (unit, config) in enumerate(zip(units, configs)):
+        if verbose:
+            print(f"[SKAutoTuner] tuning {unit.key}")
+        search.initialize(_space(config, unit))
+        best_score = float("-inf")
+        while (params := search.get_next_params()) is not None:
+            resource = search.get_resource() if hasattr(search, "get_resource") else None
+            index = _index(unit, params)
+            if index is None:
+                raise ValueError(f"SKAutoTuner: search_algorithm proposed {params} for {unit.key!r}, which is not "
+                                 f"a setting of its search space {_space(config, unit)}")
+            trial = tuple(index if v == u else None for v in range(len(units)))
+            accuracy = evaluator.accuracy(trial, "black-box", resource)
+            score, speed = evaluator.score(trial, accuracy, measure_speed=True)
+            evaluator.record(trial, accuracy, score, speed, only=u)
+            search.update(params, score)
+            if score > best_score:
+                best_score, best[u] = score, index
+    if all(i is None for i in best):
+        return tuple(best), None
+    return tuple(best), evaluator.accuracy(tuple(best), "final")

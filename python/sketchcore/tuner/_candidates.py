@@ -1,7 +1,8 @@
 """What each layer can become: Panther's layer-type mapping (Linear → SKLinear or LowRankLinear,
 Conv2d → SKConv2d, MultiheadAttention → RandMultiHeadAttention), the candidates of a search space
-with their stored size and, for the low-rank ones, their relative weight error read off the
-layer's singular spectrum — the error-vs-size curve, known without evaluating the model."""
+with their stored size and, for the low-rank ones, their relative error read off a singular
+spectrum — the error-vs-size curve, known without evaluating the model. The layers are built by
+conversion's own code (``sketchcore.torch.compress._convert_linear``, ``SKConv2d.fromTorch``)."""
 from __future__ import annotations
 
 import itertools
@@ -11,8 +12,9 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch import nn
 
-from sketchcore._ranks import aligned_ranks
+from sketchcore._ranks import aligned_ranks, factored_size, largest_saving_rank, truncation_errors
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
+from sketchcore.torch.compress import _convert_linear, _whitened
 from sketchcore.tuner._params import choices
 
 #: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
@@ -28,35 +30,10 @@ LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
 
 
 def get_sketched_class(layer_type: type) -> type:
-    """The sketched class that replaces ``layer_type`` (Panther's function of the same name).
-
-    Parameters
-    ----------
-    layer_type : type
-        A dense layer class: ``nn.Linear``, ``nn.Conv2d`` or ``nn.MultiheadAttention``.
-
-    Returns
-    -------
-    type
-        ``SKLinear``, ``SKConv2d`` or ``RandMultiHeadAttention``.
-
-    Raises
-    ------
-    ValueError
-        ``"get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d',
-        'MultiheadAttention'], got ..."``.
-
-    Examples
-    --------
-    >>> from torch import nn
-    >>> from sketchcore.tuner.SkAutoTuner.layer_type_mapping import get_sketched_class
-    >>> get_sketched_class(nn.Conv2d).__name__
-    'SKConv2d'
-    >>> get_sketched_class(nn.ReLU)
-    Traceback (most recent call last):
-        ...
-    ValueError: get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d', 'MultiheadAttention'], got ReLU
-    """
+    """The sketched class that replaces ``layer_type`` (Panther's function of the same name):
+    ``SKLinear`` for ``nn.Linear``, ``SKConv2d`` for ``nn.Conv2d``, ``RandMultiHeadAttention`` for
+    ``nn.MultiheadAttention``; ValueError ``"get_sketched_class: layer_type: expected one of
+    ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."`` for another type."""
     if layer_type not in LAYER_TYPE_MAPPING:
         raise ValueError(f"get_sketched_class: layer_type: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
                          f"got {getattr(layer_type, '__name__', repr(layer_type))}")
@@ -67,8 +44,8 @@ def get_sketched_class(layer_type: type) -> type:
 @dataclass
 class Candidate:
     """One setting of one layer: its parameters, the numbers it stores (parameters + buffers),
-    its relative weight error ‖W − W_r‖_F/‖W‖_F at the SVD initialisation (None where no spectrum
-    applies), how to build it, and the name of the class it builds."""
+    its relative error at initialisation (of the weight, or of the outputs on captured inputs;
+    None where no spectrum applies), how to build it, and the name of the class it builds."""
 
     params: dict[str, Any]
     size: int
@@ -90,26 +67,30 @@ def _supported(layer: nn.Module, name: str) -> dict[str, Any]:
                     f"got {type(layer).__name__}")
 
 
-class _Spectrum:
-    """Relative error of the rank-r SVD truncation of M (fan-in × fan-out), for every r, from one
-    SVD. With ``gram`` = XᵀX of the layer's inputs (captured while the dense model is evaluated)
-    the error is the output's, ‖X(M − M_r)‖_F / ‖X M‖_F = √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i)
-    (a_i the input-side singular vectors): comparable across layers, unlike the weight error."""
+class _Curve:
+    """The error of every rank of a layer M (fan-in × fan-out) and the factors that reach it, as
+    conversion computes them. With ``gram`` = XᵀX of a Linear's inputs: the whitened truncation
+    (``sketchcore.torch.compress._whitened``), whose error is the output's ‖X(M − M_r)‖_F / ‖X M‖_F —
+    comparable across layers, unlike the weight error — and whose factors the candidates get.
+    A Conv2d's ``gram`` (of its patches) weighs the weight SVD's directions by the energy of
+    the outputs, √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i) (its factors stay the weight
+    SVD's). Without: the weight error."""
 
-    def __init__(self, matrix: torch.Tensor, gram: Optional[torch.Tensor] = None) -> None:
-        M = matrix.detach().to(torch.float64).cpu()
+    def __init__(self, M: torch.Tensor, gram: Optional[torch.Tensor], whiten: bool) -> None:
+        M64 = M.detach().to("cpu", torch.float64)
+        self.Vt: Optional[torch.Tensor] = None
         if gram is None:
-            weights = torch.linalg.svdvals(M) ** 2
+            energies = torch.linalg.svdvals(M64) ** 2
+        elif whiten:
+            s, self.Vt = _whitened.whitened_svd(M64, gram.to("cpu"))
+            energies = s * s
         else:
-            A, s, _ = torch.linalg.svd(M, full_matrices=False)
-            weights = s * s * torch.einsum("ij,ik,kj->j", A, gram.to(torch.float64).cpu(), A).clamp_min(0.0)
-        energy = weights.flip(0).cumsum(0).flip(0)  # energy[r] = Σ_{i ≥ r} w_i
-        self.total = float(energy[0]) if len(weights) else 0.0
-        self.tail = [float(e) for e in energy] + [0.0]
+            A, s, _ = torch.linalg.svd(M64, full_matrices=False)
+            energies = s * s * torch.einsum("ij,ik,kj->j", A, gram.to("cpu", torch.float64), A)
+        self.errors = truncation_errors(energies.tolist())
 
     def error(self, rank: int) -> float:
-        rank = min(rank, len(self.tail) - 1)
-        return (self.tail[rank] / self.total) ** 0.5 if self.total > 0 else 0.0
+        return self.errors[min(rank, len(self.errors) - 1)]
 
 
 def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -> list[dict[str, Any]]:
@@ -140,8 +121,8 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
         M = layer.weight.detach().t()
         bias = layer.bias is not None
         if params == "auto":  # ranks the hardware likes (sketchcore._ranks) among those that save numbers
-            settings = [{"rank": r} for r in aligned_ranks(_saving_limit(dense, sum(M.shape), bias * M.shape[1],
-                                                                          min(M.shape)))]
+            settings = [{"rank": r} for r in aligned_ranks(largest_saving_rank(dense, sum(M.shape), bias * M.shape[1],
+                                                                                min(M.shape)))]
         else:
             settings = _grid(params, entry["params"] + ["rank"], name, "Linear")
     else:
@@ -153,19 +134,20 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
         bias = layer.bias is not None
         if params == "auto":
             settings = [{"num_terms": 1, "low_rank": k}
-                        for k in aligned_ranks(_saving_limit(dense, 2 * sum(M.shape), bias * M.shape[1],
-                                                             min(M.shape) // 2))]
+                        for k in aligned_ranks(largest_saving_rank(dense, 2 * sum(M.shape), bias * M.shape[1],
+                                                                   min(M.shape) // 2))]
         else:
             settings = _grid(params, entry["params"], name, "Conv2d")
-    spectrum = _Spectrum(M, gram) if copy_weights else None
+    curve = _Curve(M, gram, whiten=isinstance(layer, nn.Linear)) if copy_weights else None
     found = []
     for setting in settings:
         rank, size = _rank_and_size(setting, M.shape, bias, name)
         if size >= dense and params == "auto":
             continue
-        error = spectrum.error(rank) if spectrum is not None else None
+        error = curve.error(rank) if curve is not None else None
         kind = "SKConv2d" if isinstance(layer, nn.Conv2d) else "LowRankLinear" if "rank" in setting else "SKLinear"
-        found.append(Candidate(setting, size, error, _builder(layer, setting, copy_weights), kind))
+        build = _builder(layer, setting, copy_weights, curve.Vt if curve is not None else None)
+        found.append(Candidate(setting, size, error, build, kind))
     return sorted(found, key=lambda c: (c.size, c.error if c.error is not None else 0.0))
 
 
@@ -183,12 +165,6 @@ def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
     if isinstance(layer, nn.Conv2d):
         return {"num_terms": [1], "low_rank": sorted(c.params["low_rank"] for c in found)}
     return {"num_random_features": [c.params["num_random_features"] for c in found], "kernel_fn": ["softmax"]}
-
-
-def _saving_limit(dense: int, per_rank: int, fixed: int, most: int) -> int:
-    """The largest rank (at most `most`) whose layer stores fewer numbers than `dense`:
-    rank·per_rank + fixed < dense."""
-    return min(most, (dense - fixed - 1) // per_rank)
 
 
 def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:
@@ -209,30 +185,35 @@ def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: boo
         if rank > min(shape):
             raise ValueError(f"SKAutoTuner: layer {name!r}: params: rank: expected at most min(in, out) = "
                              f"{min(shape)}, got {rank}")
-        return rank, rank * (n_in + n_out) + n_out * bias
+        return rank, factored_size(n_in, n_out, rank, bias)
     for key in ("num_terms", "low_rank"):
         if key not in setting:
             raise ValueError(f"SKAutoTuner: layer {name!r}: params: expected both 'num_terms' and 'low_rank', got "
                              f"{sorted(setting)}")
     rank = 2 * _positive(setting, "num_terms", name) * _positive(setting, "low_rank", name)
-    return rank, rank * (n_in + n_out) + n_out * bias  # learnable factors + fixed sketches, same total
+    return rank, factored_size(n_in, n_out, rank, bias)  # learnable factors + fixed sketches, same total
 
 
-def _builder(layer: nn.Module, setting: Mapping[str, Any], copy_weights: bool) -> Callable[[], nn.Module]:
+def _builder(layer: nn.Module, setting: Mapping[str, Any], copy_weights: bool,
+             Vt: Optional[torch.Tensor]) -> Callable[[], nn.Module]:
+    """How to build the setting: from the trained layer by conversion's own code (``Vt``: the
+    whitened output directions, or None for the weight's SVD), or fresh (``copy_weights=False``)."""
     setting = dict(setting)
 
     def build() -> nn.Module:
         if isinstance(layer, nn.Linear):
-            if "rank" in setting:
-                if copy_weights:
-                    return LowRankLinear.from_linear(layer, setting["rank"])
-                return LowRankLinear(layer.in_features, layer.out_features, setting["rank"], layer.bias is not None,
-                                     dtype=layer.weight.dtype, device=layer.weight.device)
+            weight, bias = layer.weight, layer.bias
             if copy_weights:
-                return SKLinear.from_linear(layer, setting["num_terms"], setting["low_rank"], init="svd")
+                kind, rank, terms = (("lowrank", setting["rank"], None) if "rank" in setting
+                                     else ("sklinear", setting["low_rank"], setting["num_terms"]))
+                return _convert_linear.build(weight.detach().t(), None if bias is None else bias.detach(), kind, rank,
+                                             terms, "svd", None if Vt is None else Vt.to(weight.device), weight.dtype,
+                                             weight.device, {})
+            if "rank" in setting:
+                return LowRankLinear(layer.in_features, layer.out_features, setting["rank"], bias is not None,
+                                     dtype=weight.dtype, device=weight.device)
             return SKLinear(layer.in_features, layer.out_features, setting["num_terms"], setting["low_rank"],
-                            bias=layer.bias is not None, dtype=layer.weight.dtype, device=layer.weight.device,
-                            init="linear")
+                            bias=bias is not None, dtype=weight.dtype, device=weight.device, init="linear")
         assert isinstance(layer, nn.Conv2d)
         if copy_weights:
             return SKConv2d.fromTorch(layer, setting["num_terms"], setting["low_rank"], init="svd")

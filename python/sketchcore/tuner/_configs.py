@@ -15,54 +15,33 @@ ParamsArg = Union[str, Mapping[str, Any]]
 class LayerConfig:
     """The layers to tune and their search space.
 
-    ``layer_names``: a layer name or regular expression, a list of them, or a dict with any of
-    ``"pattern"`` (regex or list), ``"type"`` (class name such as ``"Linear"``, or a list),
-    ``"contains"`` (substring or list), then ``"indices"`` (int or list) or ``"range"``
-    (``[start, end]`` or ``[start, end, step]``) over the sorted matches.
-    ``params``: ``"auto"`` (the layers' whole useful range: a LowRankLinear of every rank that
-    saves parameters for ``nn.Linear``, SKConv2d ranks for ``nn.Conv2d``, feature counts for
-    ``nn.MultiheadAttention``) or a dict of parameter → list / ``Categorical`` / ``Int`` /
-    ``Float`` (``num_terms``/``low_rank`` give Panther's SKLinear/SKConv2d, ``rank`` a
-    LowRankLinear, ``num_random_features``/``kernel_fn`` a RandMultiHeadAttention).
-    ``separate``: tune each layer on its own (True) or give the group one shared setting.
-    ``copy_weights``: start every candidate from the trained layer (SVD conversion; True) or
-    from a fresh random layer (False, as Panther without copying).
-
     Parameters
     ----------
     layer_names : str, list of str or dict
-        Which of the model's layers (see above); resolved against the model by :class:`SKAutoTuner`.
+        A layer name or regular expression, a list of them, or a dict with any of ``"pattern"``
+        (regex or list), ``"type"`` (class name such as ``"Linear"``, or a list), ``"contains"``
+        (substring or list), then ``"indices"`` (int or list) or ``"range"`` (``[start, end]``
+        or ``[start, end, step]``) over the sorted matches; resolved by :class:`SKAutoTuner`.
     params : "auto" or dict, default "auto"
-        The search space: ``"auto"`` or parameter name → list, :class:`Categorical`, :class:`Int`
-        or :class:`Float`.
+        ``"auto"`` (every LowRankLinear rank that saves numbers for ``nn.Linear``, SKConv2d
+        ranks for ``nn.Conv2d``, feature counts for ``nn.MultiheadAttention``) or parameter →
+        list, :class:`Categorical`, :class:`Int` or :class:`Float` (``num_terms``/``low_rank``:
+        Panther's SKLinear/SKConv2d; ``rank``: LowRankLinear; ``num_random_features``/
+        ``kernel_fn``: RandMultiHeadAttention).
     separate : bool, default True
         Tune each selected layer on its own (True) or the group with one shared setting (False).
     copy_weights : bool, default True
-        Initialize candidates from the trained weights (True) or randomly (False).
-
-    Attributes
-    ----------
-    layer_names : str, list of str or dict
-        The selector as given (a list of names once a tuner resolved it).
-    params : "auto" or dict
-        The search space as given (explicit once a tuner resolved "auto").
-    separate : bool
-        Each layer on its own, or the group with one setting.
-    copy_weights : bool
-        Candidates from the trained weights or random.
+        Start candidates from the trained layer (conversion; True) or random (False, as Panther
+        without copying).
 
     Raises
     ------
     TypeError
-        ``"LayerConfig: layer_names: expected a string, a list of strings or a dict of selectors,
-        got ..."``, ``"LayerConfig: params: expected 'auto' or a dict, got ..."`` (a non-dict),
-        ``"LayerConfig: separate: expected a bool, got ..."`` (likewise copy_weights), or
-        ``"params: <name>: expected a list, Categorical, Int or Float, got ..."``.
+        ``"LayerConfig: <argument>: expected ..., got ..."`` for a wrong type, or ``"params:
+        <name>: expected a list, Categorical, Int or Float, got ..."``.
     ValueError
-        ``"LayerConfig: params: expected 'auto' or a dict, got 'x'"`` (another string),
-        ``"LayerConfig: params: expected at least one parameter, got an empty dict"``, or an
-        empty list / an Int range of more than 4096 values for a parameter (``"params: <name>:
-        ..."``).
+        A string ``params`` other than ``"auto"``, an empty dict, an empty list or an Int range
+        of more than 4096 values.
 
     Examples
     --------
@@ -127,21 +106,7 @@ class LayerConfig:
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def clone(self) -> LayerConfig:
-        """A deep copy.
-
-        Returns
-        -------
-        LayerConfig
-            Equal to this one, sharing no mutable state with it.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig
-        >>> config = LayerConfig("fc1", {"rank": [4, 8]})
-        >>> copy = config.clone()
-        >>> copy == config, copy.params is config.params
-        (True, False)
-        """
+        """A deep copy, sharing no mutable state with this config."""
         return copy.deepcopy(self)
 
 
@@ -154,11 +119,6 @@ class TuningConfigs:
     Parameters
     ----------
     configs : sequence of LayerConfig
-        The configs, in order.
-
-    Attributes
-    ----------
-    configs : list of LayerConfig
         The configs, in order.
 
     Raises
@@ -203,187 +163,34 @@ class TuningConfigs:
         return index
 
     def add(self, config: LayerConfig) -> TuningConfigs:
-        """A new collection with ``config`` appended.
-
-        Parameters
-        ----------
-        config : LayerConfig
-            The config to append.
-
-        Returns
-        -------
-        TuningConfigs
-            This collection's configs followed by ``config``.
-
-        Raises
-        ------
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1")])
-        >>> len(configs.add(LayerConfig("fc2"))), len(configs)
-        (2, 1)
-        """
+        """A new collection with ``config`` appended (TypeError for a non-LayerConfig)."""
         return TuningConfigs([*self.configs, config])
 
     def remove(self, index: int) -> TuningConfigs:
-        """A new collection without the config at ``index``.
-
-        Parameters
-        ----------
-        index : int
-            Position, 0 ≤ index < len(self).
-
-        Returns
-        -------
-        TuningConfigs
-            The other configs, in order.
-
-        Raises
-        ------
-        IndexError
-            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.layer_names for c in configs.remove(0)]
-        ['fc2']
-        >>> configs.remove(2)
-        Traceback (most recent call last):
-            ...
-        IndexError: TuningConfigs: index: expected 0 ≤ index < 2, got 2
-        """
+        """A new collection without the config at ``index`` (IndexError outside
+        0 ≤ index < len(self))."""
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + self.configs[index + 1:])
 
     def replace(self, index: int, config: LayerConfig) -> TuningConfigs:
-        """A new collection with the config at ``index`` replaced by ``config``.
-
-        Parameters
-        ----------
-        index : int
-            Position, 0 ≤ index < len(self).
-        config : LayerConfig
-            The replacement.
-
-        Returns
-        -------
-        TuningConfigs
-            The configs with ``config`` at ``index``.
-
-        Raises
-        ------
-        IndexError
-            ``"TuningConfigs: index: expected 0 ≤ index < n, got ..."``.
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.layer_names for c in configs.replace(1, LayerConfig("fc3"))]
-        ['fc1', 'fc3']
-        """
+        """A new collection with the config at ``index`` replaced by ``config``
+        (IndexError outside 0 ≤ index < len(self), TypeError for a non-LayerConfig)."""
         index = self._index(index)
         return TuningConfigs(self.configs[:index] + [config] + self.configs[index + 1:])
 
     def clone(self) -> TuningConfigs:
-        """A deep copy (every config cloned).
-
-        Returns
-        -------
-        TuningConfigs
-            Equal configs that share no mutable state with these.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1", {"rank": [4]})])
-        >>> copy = configs.clone()
-        >>> copy[0] == configs[0], copy[0] is configs[0]
-        (True, False)
-        """
+        """A deep copy (every config cloned)."""
         return TuningConfigs([config.clone() for config in self.configs])
 
     def merge(self, other: TuningConfigs) -> TuningConfigs:
-        """A new collection of this one's configs followed by ``other``'s.
-
-        Parameters
-        ----------
-        other : TuningConfigs
-            The configs to append.
-
-        Returns
-        -------
-        TuningConfigs
-            The concatenation.
-
-        Raises
-        ------
-        AttributeError
-            When ``other`` is not a TuningConfigs (it has no ``configs``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> a, b = TuningConfigs([LayerConfig("fc1")]), TuningConfigs([LayerConfig("fc2")])
-        >>> [c.layer_names for c in a.merge(b)]
-        ['fc1', 'fc2']
-        """
+        """A new collection of this one's configs followed by ``other``'s."""
         return TuningConfigs(self.configs + other.configs)
 
     def filter(self, predicate: Callable[[LayerConfig], bool]) -> TuningConfigs:
-        """A new collection of the configs for which ``predicate(config)`` is true.
-
-        Parameters
-        ----------
-        predicate : callable
-            LayerConfig → bool.
-
-        Returns
-        -------
-        TuningConfigs
-            The kept configs, in order.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2", separate=False)])
-        >>> [c.layer_names for c in configs.filter(lambda c: c.separate)]
-        ['fc1']
-        """
+        """A new collection of the configs for which ``predicate(config)`` is true."""
         return TuningConfigs([config for config in self.configs if predicate(config)])
 
     def map(self, transform: Callable[[LayerConfig], LayerConfig]) -> TuningConfigs:
-        """A new collection of ``transform(config)`` for every config.
-
-        Parameters
-        ----------
-        transform : callable
-            LayerConfig → LayerConfig.
-
-        Returns
-        -------
-        TuningConfigs
-            The transformed configs, in order.
-
-        Raises
-        ------
-        TypeError
-            ``"TuningConfigs: configs[i]: expected a LayerConfig, got ..."`` when ``transform``
-            returns something else.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import LayerConfig, TuningConfigs
-        >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2")])
-        >>> [c.copy_weights for c in configs.map(lambda c: LayerConfig(c.layer_names, copy_weights=False))]
-        [False, False]
-        """
+        """A new collection of ``transform(config)`` for every config (TypeError when
+        ``transform`` returns something else than a LayerConfig)."""
         return TuningConfigs([transform(config) for config in self.configs])

@@ -1,105 +1,136 @@
-"""How the tuner evaluates: installing an assignment of settings into the model, calling the
-user's functions (each value checked), and recording the history and the results rows."""
+"""The evaluator one ``tune()`` creates: it installs an assignment of settings into the model,
+calls the user's functions (each value checked), scores the result by the one score rule and
+writes the results log."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Optional
 
 from torch import nn
 
-from sketchcore.tuner._results import _set
-from sketchcore.tuner._scores import checked_score, warn_on_scale_mismatch
+from sketchcore.tuner._candidates import stored
+from sketchcore.tuner._results import ResultsLog
+from sketchcore.tuner._scores import DENSE, Threshold, checked_score, warn_on_scale_mismatch
 from sketchcore.tuner._spectral import Assignment, Unit
 
-if TYPE_CHECKING:
-    from sketchcore.tuner._tuner import SKAutoTuner
+
+def set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    """Puts ``module`` at ``name`` (a dotted path) in ``model``."""
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
 
-class EvaluationMixin:
-    """The evaluation steps of :class:`SKAutoTuner` (no public members)."""
+def built(candidate: Any, dense: nn.Module) -> nn.Module:
+    """The candidate's layer, in the dense layer's train/eval mode."""
+    module: nn.Module = candidate.build()
+    module.train(dense.training)
+    return module
 
-    def _modules(self: SKAutoTuner, unit: Unit, index: int) -> list[nn.Module]:
-        """The layers of ``unit`` at option ``index``, built once per tune()."""
-        cache = self._built.setdefault(id(unit), {})
-        if index not in cache:
-            made = []
-            for name, candidate in zip(unit.names, unit.options[index].members):
-                module = candidate.build()
-                module.train(self.layer_map[name].training)
-                made.append(module)
-            cache[index] = made
-        return cache[index]
 
-    def _install(self: SKAutoTuner, units: list[Unit], assignment: Assignment) -> None:
-        for unit, index in zip(units, assignment):
-            modules = [self.layer_map[n] for n in unit.names] if index is None else self._modules(unit, index)
+class Evaluator:
+    """Evaluations of one ``tune()`` over its units: what the model is with an assignment
+    installed, how large, how accurate, how it scores. ``threshold`` is the tuner's
+    ``accuracy_threshold``; ``"dense"`` becomes a number once :meth:`measure_dense` ran."""
+
+    def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], accuracy: Callable[..., Any],
+                 optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold, log: ResultsLog) -> None:
+        self.model, self.layer_map, self.log = model, layer_map, log
+        self.accuracy_fn, self.optimize, self.runs, self.given = accuracy, optimize, runs, threshold
+        self.threshold: Optional[float] = threshold if isinstance(threshold, float) else None
+        self.dense_size = stored(model)
+        self._scale_checked = False
+        self.set_units([])
+
+    def set_units(self, units: list[Unit]) -> None:
+        """What the evaluations assign settings to (the dense model is measured before the
+        units exist: its evaluation captures the Gram matrices they are built from)."""
+        self.units, self.dense = units, tuple(None for _ in units)
+        self._built: dict[tuple[int, int], list[nn.Module]] = {}
+        self.evaluation_of: dict[Assignment, int] = {}
+
+    def modules(self, u: int, index: int) -> list[nn.Module]:
+        """The layers of unit ``u`` at option ``index``, built once per tune()."""
+        if (u, index) not in self._built:
+            unit = self.units[u]
+            self._built[u, index] = [built(c, self.layer_map[name])
+                                     for name, c in zip(unit.names, unit.options[index].members)]
+        return self._built[u, index]
+
+    def install(self, assignment: Assignment) -> None:
+        for u, (unit, index) in enumerate(zip(self.units, assignment)):
+            modules = [self.layer_map[n] for n in unit.names] if index is None else self.modules(u, index)
             for name, module in zip(unit.names, modules):
-                _set(self.model, name, module)
+                set_module(self.model, name, module)
 
-    def _dense(self: SKAutoTuner, units: list[Unit]) -> Assignment:
-        return tuple(None for _ in units)
+    def size(self, assignment: Assignment) -> int:
+        return self.dense_size - sum(u.dense_size for u in self.units) + sum(
+            u.size(i) for u, i in zip(self.units, assignment))
 
-    def _size(self: SKAutoTuner, units: list[Unit], assignment: Assignment) -> int:
-        return self._dense_size - sum(u.dense_size for u in units) + sum(
-            u.size(i) for u, i in zip(units, assignment))
+    def meets(self, accuracy: float) -> bool:
+        return self.threshold is None or accuracy >= self.threshold
 
-    def _call(self: SKAutoTuner, resource: Any = None) -> float:
-        """The mean of ``num_runs_per_param`` calls of the accuracy function on the model as it is
-        (with ``resource=`` when a search hands one out, as Panther's hyperband hook)."""
+    def call(self, resource: Any = None) -> float:
+        """The mean of ``runs`` calls of the accuracy function on the model as it is (with
+        ``resource=`` when a search hands one out, as Panther's hyperband hook)."""
         scores = []
-        for _ in range(self.num_runs_per_param):
-            value = (self.accuracy_eval_func(self.model) if resource is None
-                     else self.accuracy_eval_func(self.model, resource=resource))
+        for _ in range(self.runs):
+            value = (self.accuracy_fn(self.model) if resource is None
+                     else self.accuracy_fn(self.model, resource=resource))
             scores.append(checked_score(value, "accuracy_eval_func"))
-            self.evaluations += 1
+            self.log.evaluations += 1
             if not self._scale_checked:
                 self._scale_checked = True
-                threshold = self.accuracy_threshold
-                warn_on_scale_mismatch(threshold if isinstance(threshold, float) else None, scores[-1], stacklevel=5)
+                warn_on_scale_mismatch(self.threshold, scores[-1], stacklevel=5)
         return sum(scores) / len(scores)
 
-    def _speed(self: SKAutoTuner, units: list[Unit], assignment: Assignment) -> float:
-        """``optmization_eval_func`` of the model with ``assignment`` installed."""
-        assert self.optmization_eval_func is not None
-        self._install(units, assignment)
-        try:
-            return checked_score(self.optmization_eval_func(self.model), "optmization_eval_func")
-        finally:
-            self._install(units, self._dense(units))
-
-    def _accuracy(self: SKAutoTuner, units: list[Unit], assignment: Assignment, stage: str,
-                  resource: Any = None) -> float:
-        """Installs the assignment, evaluates, restores the dense layers, logs the evaluation."""
-        self._install(units, assignment)
-        try:
-            accuracy = self._call(resource)
-        finally:
-            self._install(units, self._dense(units))
-        self._log(stage, accuracy, self._size(units, assignment),
-                  {name: (None if i is None else dict(u.options[i].params))
-                   for u, i in zip(units, assignment) for name in u.names})
+    def measure_dense(self, names: list[str]) -> float:
+        """The dense model's score (the threshold, for ``"dense"``), logged."""
+        accuracy = self.call()
+        if self.given == DENSE:
+            self.threshold = accuracy
+        self.log.log("dense", accuracy, self.dense_size, {name: None for name in names}, self.meets(accuracy))
         return accuracy
 
-    def _meets(self: SKAutoTuner, accuracy: float) -> bool:
-        return self._threshold is None or accuracy >= self._threshold
+    def _with(self, assignment: Assignment, function: Callable[[], float]) -> float:
+        self.install(assignment)
+        try:
+            return function()
+        finally:
+            self.install(self.dense)
 
-    def _log(self: SKAutoTuner, stage: str, accuracy: float, size: int, layers: dict[str, Any]) -> None:
-        row = {"evaluation": len(self.history), "stage": stage, "accuracy": accuracy, "parameters": size,
-               "layers": layers, "meets_threshold": self._meets(accuracy)}
-        self.history.append(row)
-        if self.verbose:
-            print(f"[SKAutoTuner] {stage} #{row['evaluation']}: accuracy {accuracy:.5g}, "
-                  f"{row['parameters']} numbers stored, {row['layers']}")
+    def speed(self, assignment: Assignment) -> float:
+        """``optmization_eval_func`` of the model with ``assignment`` installed."""
+        optimize = self.optimize
+        assert optimize is not None
+        return self._with(assignment, lambda: checked_score(optimize(self.model), "optmization_eval_func"))
 
-    def _record(self: SKAutoTuner, units: list[Unit], assignment: Assignment, accuracy: float, score: float,
-                speed: Optional[float], only: Optional[int] = None) -> None:
-        """One results row per unit (only unit ``only``'s when given: Panther's per-layer loop),
-        keyed as Panther keys them: the layer name, or the names joined by "_" for a group."""
-        size = self._size(units, assignment)
-        for u, (unit, index) in enumerate(zip(units, assignment)):
-            if only is not None and u != only:
-                continue
-            self.results.setdefault(unit.key, []).append(
-                {"params": None if index is None else dict(unit.options[index].params),
-                 "layer_class": unit.kind(index), "score": score, "accuracy": accuracy, "speed": speed,
-                 "parameters": size, "evaluation": self.history[-1]["evaluation"]})
-        self._evaluation_of[assignment] = self.history[-1]["evaluation"]
+    def accuracy(self, assignment: Assignment, stage: str, resource: Any = None) -> float:
+        """Installs the assignment, evaluates, restores the dense layers, logs the evaluation."""
+        accuracy = self._with(assignment, lambda: self.call(resource))
+        self.log.log(stage, accuracy, self.size(assignment),
+                     {name: (None if i is None else dict(u.options[i].params))
+                      for u, i in zip(self.units, assignment) for name in u.names}, self.meets(accuracy))
+        return accuracy
+
+    def score(self, assignment: Assignment, accuracy: float,
+              measure_speed: bool = False) -> tuple[float, Optional[float]]:
+        """The score rule, (score, speed): the accuracy without a threshold (Panther's); with
+        one, −∞ below it, else ``optmization_eval_func``'s value when ``measure_speed`` and the
+        function is given, else minus the model's stored size (the smallest model meeting it)."""
+        if self.threshold is None:
+            return accuracy, None
+        if not self.meets(accuracy):
+            return float("-inf"), None
+        if measure_speed and self.optimize is not None:
+            speed = self.speed(assignment)
+            return speed, speed
+        return -float(self.size(assignment)), None
+
+    def record(self, assignment: Assignment, accuracy: float, score: float, speed: Optional[float],
+               only: Optional[int] = None) -> None:
+        """One results row per unit (only unit ``only``'s when given: Panther's per-layer loop)."""
+        size = self.size(assignment)
+        for u, (unit, index) in enumerate(zip(self.units, assignment)):
+            if only is None or u == only:
+                self.log.record(unit.key, None if index is None else dict(unit.options[index].params),
+                                unit.kind(index), score, accuracy, speed, size)
+        self.evaluation_of[assignment] = self.log.history[-1]["evaluation"]

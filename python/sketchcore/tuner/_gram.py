@@ -1,13 +1,15 @@
-"""Captures XᵀX of the inputs of Linear and Conv2d layers (the unfolded patches for a conv)
-while the dense model is evaluated once, for the output-error curves of ``_candidates``."""
+"""The rows whose Gram matrix XᵀX the tuner captures, through conversion's hooks
+(``sketchcore.torch.compress._calibrate.gram_hooks``), while the dense model is evaluated once: a
+Linear's inputs, a Conv2d's unfolded patches."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from sketchcore.torch.compress._calibrate import gram_hooks
 
 #: Layers whose fan-in exceeds this keep weight-error curves (their Gram would be too large).
 MAX_FAN_IN = 4096
@@ -15,39 +17,32 @@ MAX_FAN_IN = 4096
 MAX_ROWS = 65536
 
 
-def _rows(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _rows_of(layer: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """The function from the layer's input to its rows (float64, on the CPU); None for a layer
+    without a Gram matrix (attention, a fan-in above MAX_FAN_IN)."""
     if isinstance(layer, nn.Linear):
-        return x.reshape(-1, layer.in_features)
-    assert isinstance(layer, nn.Conv2d)
-    padding = layer.padding if not isinstance(layer.padding, str) else [
-        d * (k - 1) // 2 for d, k in zip(layer.dilation, layer.kernel_size)] if layer.padding == "same" else 0
-    patches = F.unfold(x, layer.kernel_size, layer.dilation, padding, layer.stride)  # (B, in·kh·kw, L)
-    return patches.transpose(1, 2).reshape(-1, patches.shape[1])
+        fan_in = layer.in_features
+    elif isinstance(layer, nn.Conv2d):
+        fan_in = layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
+    else:
+        return None
+
+    def rows_of(x: torch.Tensor) -> torch.Tensor:
+        if isinstance(layer, nn.Linear):
+            rows = x.reshape(-1, layer.in_features)
+        else:
+            padding: Any = layer.padding if not isinstance(layer.padding, str) else [
+                d * (k - 1) // 2 for d, k in zip(layer.dilation, layer.kernel_size)] if layer.padding == "same" else 0
+            patches = F.unfold(x, layer.kernel_size, layer.dilation, padding, layer.stride)  # (B, in·kh·kw, L)
+            rows = patches.transpose(1, 2).reshape(-1, patches.shape[1])
+        if rows.shape[0] > MAX_ROWS:
+            rows = rows[:: -(-rows.shape[0] // MAX_ROWS)]
+        return rows.to("cpu", torch.float64)
+    return rows_of if fan_in <= MAX_FAN_IN else None
 
 
-@contextmanager
-def capture(layers: dict[str, nn.Module]) -> Iterator[dict[str, torch.Tensor]]:
-    """Within the block, every forward of the given layers adds its inputs' Gram matrix
-    (float64, on the CPU) to the yielded dict, keyed by layer name."""
-    grams: dict[str, torch.Tensor] = {}
-    handles = []
-    for name, layer in layers.items():
-        fan_in = layer.in_features if isinstance(layer, nn.Linear) else (
-            layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1] if isinstance(layer, nn.Conv2d) else 0)
-        if not 0 < fan_in <= MAX_FAN_IN:
-            continue
-
-        def hook(module: nn.Module, inputs: Any, name: str = name) -> None:
-            with torch.no_grad():
-                rows = _rows(module, inputs[0].detach())
-                if rows.shape[0] > MAX_ROWS:
-                    rows = rows[:: -(-rows.shape[0] // MAX_ROWS)]
-                rows = rows.to("cpu", torch.float64)
-                grams[name] = grams.get(name, 0) + rows.T @ rows
-
-        handles.append(layer.register_forward_pre_hook(hook))
-    try:
-        yield grams
-    finally:
-        for handle in handles:
-            handle.remove()
+def capture(layers: dict[str, nn.Module]) -> Any:
+    """A context manager: within it, every forward of the given layers adds its inputs' Gram
+    matrix (float64, on the CPU) to the yielded dict, keyed by layer name."""
+    hooked = {name: (layer, rows) for name, layer in layers.items() if (rows := _rows_of(layer)) is not None}
+    return gram_hooks(hooked)

@@ -4,8 +4,7 @@ DataFrame, user attributes, pruning hooks, and saving/loading the search's state
 from __future__ import annotations
 
 import copy
-import os
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 from sketchcore.tuner._params import Float, Int, choices
 from sketchcore.tuner._search import SearchAlgorithm, _check_trials
@@ -23,7 +22,10 @@ class OptunaSearch(SearchAlgorithm):
     ``studies`` all of them; each study after the first gets a fresh copy of the sampler as it
     was given (a sampler learns one study). An infeasible trial (score −∞) is told as that value, as in
     Panther. With Optuna's ``GridSampler`` the search finishes once every grid point was tried,
-    as ``study.optimize`` would stop.
+    as ``study.optimize`` would stop. :meth:`save_state` writes the space, counts, best result,
+    study name and storage: with a ``storage`` the study itself is in it and :meth:`load_state`
+    reloads it from there; without one its trials are not saved (as in Panther) and a fresh
+    study goes on.
 
     Parameters
     ----------
@@ -42,20 +44,6 @@ class OptunaSearch(SearchAlgorithm):
 
     Attributes
     ----------
-    n_trials : int
-        Trials per :meth:`initialize`.
-    sampler : optuna.samplers.BaseSampler
-        The sampler of the first study (the one given, or the TPE sampler made).
-    direction : str
-        ``"maximize"`` or ``"minimize"``.
-    study_name : str
-        The first study's name.
-    storage : str or None
-        The Optuna storage URL.
-    load_if_exists : bool
-        Whether stored studies are resumed.
-    seed : int or None
-        The default sampler's seed.
     studies : list of optuna.Study
         Every study made, in order.
 
@@ -107,17 +95,7 @@ class OptunaSearch(SearchAlgorithm):
     @property
     def study(self) -> Any:
         """The Optuna study of the latest :meth:`initialize` (None before), for Optuna's own
-        analysis and plots (``optuna.visualization``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, study_name="demo")
-        >>> search.study is None
-        True
-        >>> search.initialize({"rank": [4]}); search.study.study_name
-        'demo'
-        """
+        analysis and plots (``optuna.visualization``)."""
         return self._study
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
@@ -151,8 +129,7 @@ class OptunaSearch(SearchAlgorithm):
         Raises
         ------
         RuntimeError
-            Before :meth:`initialize`.
-        """
+            Before :meth:`initialize`."""
         self._ready("get_next_params")
         if self.is_finished():
             return None
@@ -167,8 +144,7 @@ class OptunaSearch(SearchAlgorithm):
         ------
         RuntimeError
             Before :meth:`initialize`, or without a pending trial (call :meth:`get_next_params`
-            first).
-        """
+            first)."""
         self._ready("update")
         if self._trial is None:
             raise RuntimeError("OptunaSearch.update: no pending trial; call get_next_params() first")
@@ -187,18 +163,7 @@ class OptunaSearch(SearchAlgorithm):
         return self._count >= self.n_trials or self._exhausted
 
     def reset(self) -> None:
-        """Starts over with a fresh study on the same space (Panther's ``reset``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> search.update(search.get_next_params(), 1.0)
-        >>> search.reset()
-        >>> search.is_finished(), len(search.study.trials), len(search.studies)
-        (False, 0, 2)
-        """
+        """Starts over with a fresh study on the same space (Panther's ``reset``)."""
         self.initialize(getattr(self, "param_space", {}))
 
     def get_trials_dataframe(self) -> Any:
@@ -207,33 +172,13 @@ class OptunaSearch(SearchAlgorithm):
         return None if self._study is None else self._study.trials_dataframe()
 
     def set_user_attr(self, key: str, value: Any) -> None:
-        """Sets a user attribute on the pending trial (none: nothing happens).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> params = search.get_next_params(); search.set_user_attr("note", "first")
-        >>> search.update(params, 1.0); search.study.trials[0].user_attrs
-        {'note': 'first'}
-        """
+        """Sets a user attribute on the pending trial (none: nothing happens)."""
         if self._trial is not None:
             self._trial.set_user_attr(key, value)
 
     def report_intermediate(self, value: float, step: int) -> None:
         """Reports an intermediate value of the pending trial, for Optuna's pruners (none
-        pending: nothing happens).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> search = OptunaSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> params = search.get_next_params(); search.report_intermediate(0.5, step=1)
-        >>> search.should_prune()
-        False
-        """
+        pending: nothing happens)."""
         if self._trial is not None:
             self._trial.report(value, step)
 
@@ -260,41 +205,3 @@ class OptunaSearch(SearchAlgorithm):
         else:  # an in-memory study's trials are not in the file (as in Panther): a fresh study goes on
             self._study = self._optuna.create_study(sampler=sampler, direction=self.direction, study_name=name)
         self.studies = [self._study]
-
-    def save_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Writes the search's state (space, counts, best result, study name and storage); with a
-        ``storage`` the study itself is in it, and :meth:`load_state` reloads it from there;
-        without one its trials are not saved (as in Panther) and a fresh study goes on.
-
-        Parameters
-        ----------
-        filepath : str or os.PathLike
-            Where to write.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> from sketchcore.tuner import OptunaSearch
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     storage = "sqlite:///" + os.path.join(directory, "study.db")
-        ...     search = OptunaSearch(n_trials=3, seed=0, study_name="s", storage=storage)
-        ...     search.initialize({"rank": [4, 8]})
-        ...     search.update(search.get_next_params(), 1.0)
-        ...     search.save_state(os.path.join(directory, "search.pkl"))
-        ...     resumed = OptunaSearch(seed=0)
-        ...     resumed.load_state(os.path.join(directory, "search.pkl"))
-        ...     (resumed.n_trials, len(resumed.study.trials), resumed.get_best_score(), resumed.is_finished())
-        (3, 1, 1.0, False)
-        """
-        super().save_state(filepath)
-
-    def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Restores what :meth:`save_state` wrote; see there.
-
-        Raises
-        ------
-        ValueError
-            ``"OptunaSearch.load_state: '...': expected a state saved by OptunaSearch.save_state,
-            got ..."``.
-        """
-        super().load_state(filepath)

@@ -31,10 +31,8 @@ class Categorical:
 
     Raises
     ------
-    TypeError
-        ``"Categorical: choices: expected a sequence, got ..."``.
-    ValueError
-        ``"Categorical: choices: expected at least one choice, got an empty sequence"``.
+    TypeError, ValueError
+        A string or non-sequence; an empty sequence.
 
     Examples
     --------
@@ -78,11 +76,8 @@ class Int:
 
     Raises
     ------
-    TypeError
-        A non-int bound or step (``"Int: low: expected an int, got float 1.5"``).
-    ValueError
-        ``"Int: high: expected ≥ low = ..., got ..."``, ``"Int: step: expected an integer ≥ 1,
-        got ..."`` or ``"Int: low: expected > 0 with log=True, got ..."``.
+    TypeError, ValueError
+        A non-int bound or step; ``high`` < ``low``, ``step`` < 1, or ``low`` ≤ 0 with ``log``.
 
     Examples
     --------
@@ -129,12 +124,9 @@ class Float:
 
     Raises
     ------
-    TypeError
-        A non-number bound or step (``"Float: low: expected a real number, got str 'a'"``).
-    ValueError
-        A non-finite bound (``"Float: low: expected a finite number, got inf"``), ``"Float: high:
-        expected ≥ low = ..., got ..."``, ``"Float: step: expected > 0, got ..."`` or ``"Float:
-        low: expected > 0 with log=True, got ..."``.
+    TypeError, ValueError
+        A non-number bound or step; a non-finite bound, ``high`` < ``low``, ``step`` ≤ 0, or
+        ``low`` ≤ 0 with ``log``.
 
     Examples
     --------
@@ -203,15 +195,7 @@ def get_param_choices(spec: object) -> Optional[list[Any]]:
     Returns
     -------
     list or None
-        The values, in order.
-
-    Examples
-    --------
-    >>> from sketchcore.tuner import Float, Int
-    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import get_param_choices
-    >>> get_param_choices(Int(8, 32, step=8)), get_param_choices(Float(0.0, 1.0)), get_param_choices("x")
-    ([8, 16, 24, 32], None, None)
-    """
+        The values, in order."""
     if not is_param_spec(spec):
         return None
     try:
@@ -222,15 +206,7 @@ def get_param_choices(spec: object) -> Optional[list[Any]]:
 
 def is_param_spec(value: object) -> bool:
     """Whether ``value`` is a parameter specification: a list, :class:`Categorical`,
-    :class:`Int` or :class:`Float` (Panther's function).
-
-    Examples
-    --------
-    >>> from sketchcore.tuner import Int
-    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import is_param_spec
-    >>> is_param_spec(Int(1, 4)), is_param_spec([1, 2]), is_param_spec((1, 2))
-    (True, True, False)
-    """
+    :class:`Int` or :class:`Float` (Panther's function)."""
     return isinstance(value, (Categorical, Int, Float, list))
 
 
@@ -240,18 +216,7 @@ def to_categorical(value: object) -> Categorical:
     Raises
     ------
     TypeError
-        ``"to_categorical: value: expected a list or a Categorical, got ..."``.
-
-    Examples
-    --------
-    >>> from sketchcore.tuner.SkAutoTuner.Configs.ParamSpec import to_categorical
-    >>> to_categorical([1, 2])
-    Categorical([1, 2])
-    >>> to_categorical(3)
-    Traceback (most recent call last):
-        ...
-    TypeError: to_categorical: value: expected a list or a Categorical, got int
-    """
+        ``"to_categorical: value: expected a list or a Categorical, got ..."``."""
     if isinstance(value, Categorical):
         return value
     if isinstance(value, list):

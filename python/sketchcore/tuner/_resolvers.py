@@ -40,13 +40,6 @@ class LayerNameResolver:
     layer_map : mapping of str to torch.nn.Module, optional
         Name → module; default every named submodule of ``model``.
 
-    Attributes
-    ----------
-    model : torch.nn.Module
-        The model.
-    layer_map : dict
-        Name → module, in model order.
-
     Examples
     --------
     >>> from torch import nn
@@ -61,41 +54,11 @@ class LayerNameResolver:
         self.layer_map = _layers(model, layer_map)
 
     def resolve(self, selectors: Any) -> list[str]:
-        """The names of the layers ``selectors`` picks: in model order for names, regular
-        expressions and lists; sorted by name, then indexed, for a dict (Panther's order).
-
-        Parameters
-        ----------
-        selectors : str, list of str or dict
-            What to select.
-
-        Returns
-        -------
-        list of str
-            The matched layer names, each once.
-
-        Raises
-        ------
-        ValueError
-            ``"LayerConfig: layer_names: no layer of the model matches ..."``, or a malformed
-            selector (bad regular expression, ``indices`` and ``range`` together, out-of-range
-            indices, unknown keys).
-        TypeError
-            A selector value of the wrong type (``"LayerConfig: layer_names['indices']: expected
-            an int or a list of ints, got ..."``).
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerNameResolver
-        >>> model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-        >>> LayerNameResolver(model).resolve(["2", "0"])
-        ['0', '2']
-        >>> LayerNameResolver(model).resolve("fc")
-        Traceback (most recent call last):
-            ...
-        ValueError: LayerConfig: layer_names: no layer of the model matches 'fc' (layers: ['0', '1', '2'])
-        """
+        """The names of the layers ``selectors`` (a name, a regular expression, a list of
+        them or a dict) picks, each once: in model order for names, regular expressions and
+        lists; sorted by name, then indexed, for a dict (Panther's order). ValueError when nothing
+        matches (``"LayerConfig: layer_names: no layer of the model matches ..."``) or for a
+        malformed selector; TypeError for a selector value of the wrong type."""
         return resolve(self.layer_map, selectors)
 
 
@@ -120,15 +83,6 @@ class ParamsResolver:
     verbose : bool, default False
         Print what "auto" resolved to.
 
-    Attributes
-    ----------
-    model : torch.nn.Module
-        The model.
-    layer_map : dict
-        Name → module.
-    verbose : bool
-        Whether :meth:`resolve` prints.
-
     Examples
     --------
     >>> from torch import nn
@@ -146,37 +100,11 @@ class ParamsResolver:
         self.verbose = bool(verbose)
 
     def resolve(self, config: LayerConfig) -> TuningConfigs:
-        """The config with explicit ``params`` (several configs for ``"auto"``; none when no
-        selected layer has a setting that saves numbers).
-
-        Parameters
-        ----------
-        config : LayerConfig
-            A config; its ``layer_names`` may be a selector or already a list of names.
-
-        Returns
-        -------
-        TuningConfigs
-            The resolved configs, ``layer_names`` lists of names.
-
-        Raises
-        ------
-        TypeError
-            ``"SKAutoTuner: layer '...': expected one of ['Linear', 'Conv2d',
-            'MultiheadAttention'], got ..."`` for a selected layer of another type.
-        ValueError
-            A selector that matches nothing, or ``params`` a layer does not accept (``"SKAutoTuner:
-            layer '...' (Linear): params: expected keys among [...]"``, ``"...: rank: expected at
-            most min(in, out) = ..."``, ...).
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, ParamsResolver
-        >>> model = nn.Sequential(nn.Linear(64, 64))
-        >>> ParamsResolver(model).resolve(LayerConfig("0", {"rank": [4, 8]}))[0].params
-        {'rank': [4, 8]}
-        """
+        """The config with explicit ``params``, ``layer_names`` a list of names (several
+        configs for ``"auto"``; none when no selected layer has a setting that saves numbers).
+        TypeError for a selected layer of an unsupported type; ValueError for a selector that
+        matches nothing or ``params`` a layer does not accept (``"SKAutoTuner: layer '...'
+        (Linear): params: expected keys among [...]"``, ...)."""
         names = config.layer_names
         if not (isinstance(names, list) and all(isinstance(n, str) and n in self.layer_map for n in names)):
             names = resolve(self.layer_map, names)

@@ -6,16 +6,14 @@ import json
 import os
 import pickle
 import warnings
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from sketchcore.tuner._candidates import candidates
+from sketchcore.tuner._evaluation import built
 from sketchcore.tuner._safe_pickle import PantherStub, safe_load, stub_state_dict
-
-if TYPE_CHECKING:
-    from sketchcore.tuner._tuner import SKAutoTuner
 
 _FORMAT = "sketchcore.tuner/1"
 PICKLE_SUFFIXES = (".pkl", ".pickle")
@@ -46,7 +44,19 @@ def _read(path: str) -> tuple[Any, bool]:
                          f"({type(error).__name__}: {error})") from None
 
 
-def _saved_tensors(layer: Any) -> Optional[dict[str, torch.Tensor]]:
+def _tensor_lists(layer: Any) -> dict[str, Any]:
+    """A chosen layer's tensors as nested lists, for JSON: factors computed from the data seen
+    while tuning (whitened) cannot be rebuilt from the params alone."""
+    if not isinstance(layer, nn.Module):
+        return {}
+    return {"tensors": {key: value.detach().cpu().tolist() for key, value in layer.state_dict().items()}}
+
+
+def _saved_tensors(entry: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
+    """The tensors saved for a chosen layer: a pickled module's, or JSON's lists."""
+    if isinstance(entry.get("tensors"), dict):
+        return {key: torch.tensor(value, dtype=torch.float64) for key, value in entry["tensors"].items()}
+    layer = entry.get("best_layer")
     if isinstance(layer, nn.Module):
         return dict(layer.state_dict())
     if isinstance(layer, PantherStub):
@@ -54,159 +64,71 @@ def _saved_tensors(layer: Any) -> Optional[dict[str, torch.Tensor]]:
     return None
 
 
-class ResultsFileMixin:
-    """The results-file methods of :class:`SKAutoTuner` (Panther's names)."""
+def save(path: str, results: dict[str, Any], best_params: dict[str, dict[str, Any]], configs: Any,
+         extra: dict[str, Any]) -> None:
+    """Writes a pickle of Panther's layout (``.pkl``/``.pickle``: the chosen layers as modules,
+    the configs as objects) or JSON of the same with the chosen layers' tensors as lists instead
+    of the modules; ``extra`` (history, evaluations, accuracies) goes in either. Parent
+    directories are created."""
+    as_pickle = _is_pickle(path)
+    best = {name: {"params": d["params"], "copy_weights": d["copy_weights"],
+                   **({"best_layer": d.get("best_layer")} if as_pickle else _tensor_lists(d.get("best_layer")))}
+            for name, d in best_params.items()}
+    data = {"format": _FORMAT, "results": results, "best_params": best,
+            "config": configs if as_pickle else repr(configs), **extra}
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    if as_pickle:
+        with open(path, "wb") as f:
+            pickle.dump(data, f)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
 
-    def save_tuning_results(self: SKAutoTuner, file_path: Union[str, os.PathLike[str]]) -> None:
-        """Writes the results, the best parameters and the evaluation history (parent
-        directories are created).
 
-        A ``.pkl`` or ``.pickle`` name gives a pickle of Panther's layout, which ``pickle.load``
-        reads (``"results"``, ``"best_params"`` with the chosen layers as modules, ``"config"``),
-        plus ``"history"``, ``"evaluations"``, ``"dense_accuracy"`` and ``"final_accuracy"``. Any
-        other name gives JSON of the same without the modules (no pickle); loading rebuilds them.
+def load(path: str, selected: dict[str, bool], layer_map: dict[str, nn.Module]) -> dict[str, Any]:
+    """The file's data with ``best_params`` rebuilt from ``layer_map`` (each chosen layer from
+    its params, the saved tensors loaded where they fit); ``selected``: the layers the tuner's
+    configs select, with their ``copy_weights``."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"SKAutoTuner.load_tuning_results: file_path: {path!r} not found")
+    data, pickled = _read(path)
+    where = f"SKAutoTuner.load_tuning_results: {path!r}"
+    if not pickled and (not isinstance(data, dict) or data.get("format") != _FORMAT):
+        raise ValueError(f"{where}: expected a file written by save_tuning_results (format {_FORMAT!r})")
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict) or not isinstance(
+            data.get("best_params"), dict):
+        raise ValueError(f"{where}: expected tuning results (a dict with 'results' and 'best_params')")
+    best = {}
+    for name, entry in data["best_params"].items():
+        if name not in selected:
+            raise ValueError(f"{where}: layer {name!r} is not selected by this tuner's configs "
+                             f"(they select {sorted(selected)})")
+        if not isinstance(entry, dict) or "params" not in entry:
+            raise ValueError(f"{where}: best_params[{name!r}]: expected a dict with 'params', got {entry!r}")
+        copy_weights = bool(entry.get("copy_weights", selected[name]))
+        module = None if entry["params"] is None else _rebuild(where, layer_map[name], name, entry, copy_weights)
+        best[name] = {"params": entry["params"], "copy_weights": copy_weights, "best_layer": module}
+    return {**data, "best_params": best}
 
-        Parameters
-        ----------
-        file_path : str or os.PathLike
-            Where to write.
 
-        Raises
-        ------
-        OSError
-            When the file or its directory cannot be written.
-
-        Examples
-        --------
-        >>> import os, pickle, tempfile, torch
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> _ = torch.manual_seed(0)
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> _ = tuner.tune()
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     path = os.path.join(directory, "runs", "best_config.pkl")
-        ...     tuner.save_tuning_results(path)
-        ...     with open(path, "rb") as f:
-        ...         data = pickle.load(f)
-        >>> type(data["best_params"]["0"]["best_layer"]).__name__
-        'LowRankLinear'
-        """
-        path = os.fspath(file_path)
-        as_pickle = _is_pickle(path)
-        best = {name: {"params": d["params"], "copy_weights": d["copy_weights"],
-                       **({"best_layer": d.get("best_layer")} if as_pickle else {})}
-                for name, d in self.best_params.items()}
-        data = {"format": _FORMAT, "results": self.results, "best_params": best,
-                "config": self.configs if as_pickle else repr(self.configs), "history": self.history,
-                "evaluations": self.evaluations, "dense_accuracy": self.dense_accuracy,
-                "final_accuracy": self.final_accuracy}
-        directory = os.path.dirname(path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        if as_pickle:
-            with open(path, "wb") as f:
-                pickle.dump(data, f)
-        else:
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-        if self.verbose:
-            print(f"[SKAutoTuner] tuning results saved to {path}")
-
-    def load_tuning_results(self: SKAutoTuner, file_path: Union[str, os.PathLike[str]]) -> None:
-        """Reads what :meth:`save_tuning_results` wrote — or Panther's pickle — and rebuilds the
-        chosen layers from this tuner's model, so :meth:`apply_best_params` works.
-
-        The format is read from the file itself (a pickle or JSON). Pickles are read with a
-        restricted unpickler: only the tuner's classes, sketchcore's and Panther's layers and torch
-        tensors are built, never other code. Each chosen layer is rebuilt from its parameters and
-        the saved layer's tensors are loaded into it (Panther's ``SKLinear`` keeps the same
-        names); where they do not fit, a warning says so and the rebuilt layer is kept.
-
-        Parameters
-        ----------
-        file_path : str or os.PathLike
-            A file written by :meth:`save_tuning_results` or Panther's ``save_tuning_results``.
-
-        Raises
-        ------
-        FileNotFoundError
-            ``"SKAutoTuner.load_tuning_results: file_path: '...' not found"``.
-        ValueError
-            ``"SKAutoTuner.load_tuning_results: '...': expected a pickle (...) or JSON (...), got
-            neither (...)"``, a pickle naming other code, ``"...: expected tuning results (a dict with
-            'results' and 'best_params')"``, ``"...: expected a file written by
-            save_tuning_results (format 'sketchcore.tuner/1')"`` (JSON), ``"...: layer '...' is not
-            selected by this tuner's configs"``, or ``"...: layer '...': params {...}: ..."`` for
-            parameters the layer does not accept.
-
-        Examples
-        --------
-        >>> import os, tempfile, torch
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> _ = torch.manual_seed(0)
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> _ = tuner.tune()
-        >>> fresh = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     path = os.path.join(directory, "tuning.json")
-        ...     tuner.save_tuning_results(path)
-        ...     fresh.load_tuning_results(path)
-        >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
-        ({'rank': 16}, 'LowRankLinear')
-        >>> fresh.load_tuning_results("no/such/file.json")
-        Traceback (most recent call last):
-            ...
-        FileNotFoundError: SKAutoTuner.load_tuning_results: file_path: 'no/such/file.json' not found
-        """
-        path = os.fspath(file_path)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"SKAutoTuner.load_tuning_results: file_path: {path!r} not found")
-        data, pickled = _read(path)
-        where = f"SKAutoTuner.load_tuning_results: {path!r}"
-        if not pickled and (not isinstance(data, dict) or data.get("format") != _FORMAT):
-            raise ValueError(f"{where}: expected a file written by save_tuning_results (format {_FORMAT!r})")
-        if not isinstance(data, dict) or not isinstance(data.get("results"), dict) or not isinstance(
-                data.get("best_params"), dict):
-            raise ValueError(f"{where}: expected tuning results (a dict with 'results' and 'best_params')")
-        selected = {name: config.copy_weights for config in self.configs for name in config.layer_names}
-        best = {}
-        for name, entry in data["best_params"].items():
-            if name not in selected:
-                raise ValueError(f"{where}: layer {name!r} is not selected by this tuner's configs "
-                                 f"(they select {sorted(selected)})")
-            if not isinstance(entry, dict) or "params" not in entry:
-                raise ValueError(f"{where}: best_params[{name!r}]: expected a dict with 'params', got {entry!r}")
-            copy_weights = bool(entry.get("copy_weights", selected[name]))
-            module = None if entry["params"] is None else self._rebuild(where, name, entry, copy_weights)
-            best[name] = {"params": entry["params"], "copy_weights": copy_weights, "best_layer": module}
-        self.results, self.best_params = data["results"], best
-        self.history, self.evaluations = data.get("history", []), data.get("evaluations", 0)
-        self.dense_accuracy, self.final_accuracy = data.get("dense_accuracy"), data.get("final_accuracy")
-        if self.verbose:
-            print(f"[SKAutoTuner] tuning results loaded from {path}")
-
-    def _rebuild(self: SKAutoTuner, where: str, name: str, entry: dict[str, Any], copy_weights: bool) -> nn.Module:
-        """The layer ``entry["params"]`` gives ``name``, with the saved layer's tensors where they fit."""
-        params = entry["params"]
-        if not isinstance(params, dict) or not params:
-            raise ValueError(f"{where}: layer {name!r}: params: expected a non-empty dict or None, got {params!r}")
+def _rebuild(where: str, layer: nn.Module, name: str, entry: dict[str, Any], copy_weights: bool) -> nn.Module:
+    """The layer ``entry["params"]`` gives ``name``, with the saved layer's tensors where they fit."""
+    params = entry["params"]
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"{where}: layer {name!r}: params: expected a non-empty dict or None, got {params!r}")
+    try:
+        found = candidates(layer, name, {key: [value] for key, value in params.items()}, copy_weights)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: layer {name!r}: params {params}: {error}") from None
+    module = built(found[0], layer)
+    saved = _saved_tensors(entry)
+    if saved:
         try:
-            found = candidates(self.layer_map[name], name, {key: [value] for key, value in params.items()},
-                               copy_weights)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{where}: layer {name!r}: params {params}: {error}") from None
-        module = found[0].build()
-        module.train(self.layer_map[name].training)
-        saved = _saved_tensors(entry.get("best_layer"))
-        if saved:
-            try:
-                module.load_state_dict(saved, strict=True)
-            except (RuntimeError, KeyError, ValueError) as error:
-                warnings.warn(f"{where}: layer {name!r}: the saved layer's tensors do not fit {type(module).__name__} "
-                              f"({str(error).splitlines()[0]}); kept the layer rebuilt from params {params}",
-                              UserWarning, stacklevel=3)
-        return module
+            module.load_state_dict(saved, strict=True)
+        except (RuntimeError, KeyError, ValueError) as error:
+            warnings.warn(f"{where}: layer {name!r}: the saved layer's tensors do not fit {type(module).__name__} "
+                          f"({str(error).splitlines()[0]}); kept the layer rebuilt from params {params}",
+                          UserWarning, stacklevel=4)
+    return module

@@ -52,125 +52,39 @@ class SearchAlgorithm:
     """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Starts a search over ``param_space`` (name → list, Categorical, Int or Float) and
-        clears the history and the best result.
-
-        Parameters
-        ----------
-        param_space : mapping
-            Parameter name → its specification.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.param_space, search.history, search.get_best_params()
-        ({'rank': [4, 8]}, [], None)
-        """
+        """Starts a search over ``param_space`` (parameter name → list, Categorical, Int or
+        Float) and clears the history and the best result."""
         self.param_space = dict(param_space)
         self.best_params: Optional[dict[str, Any]] = None
         self.best_score: Optional[float] = None
         self.history: list[tuple[dict[str, Any], float]] = []
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next parameters to evaluate, or None when the search is done.
-
-        Returns
-        -------
-        dict or None
-            Parameter name → value.
-
-        Raises
-        ------
-        NotImplementedError
-            In the base class; subclasses implement it.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.get_next_params(), search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, {'rank': 8}, None)
-        """
+        """The next parameters to evaluate (name → value), or None when the search is done
+        (NotImplementedError in the base class: subclasses implement it)."""
         raise NotImplementedError
 
     def update(self, params: Mapping[str, Any], score: float) -> None:
-        """Records ``score`` (higher is better) for ``params``, updating the best result.
-
-        Parameters
-        ----------
-        params : mapping
-            The parameters evaluated.
-        score : float
-            Their score; ``-inf`` marks an infeasible trial.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.update({"rank": 4}, 0.5); search.update({"rank": 8}, 0.9)
-        >>> search.get_best_params(), search.get_best_score()
-        ({'rank': 8}, 0.9)
-        """
+        """Records ``score`` (higher is better; ``-inf`` marks an infeasible trial) for
+        ``params``, updating the best result."""
         self.history.append((dict(params), float(score)))
         if self.best_score is None or score > self.best_score:
             self.best_params, self.best_score = dict(params), float(score)
 
     def get_best_params(self) -> Optional[dict[str, Any]]:
-        """The parameters of the highest score so far, or None before any :meth:`update`.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_best_params() is None
-        True
-        >>> search.update({"rank": 4}, 1.0); search.get_best_params()
-        {'rank': 4}
-        """
+        """The parameters of the highest score so far, or None before any :meth:`update`."""
         return self.best_params
 
     def get_best_score(self) -> Optional[float]:
-        """The highest score so far, or None before any :meth:`update`.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.update({"rank": 4}, 1); search.get_best_score()
-        1.0
-        """
+        """The highest score so far, or None before any :meth:`update`."""
         return self.best_score
 
     def reset(self) -> None:
-        """Starts the search over again on the same parameter space.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8]})
-        >>> search.update(search.get_next_params(), 1.0)
-        >>> search.reset()
-        >>> search.get_next_params(), search.history
-        ({'rank': 4}, [])
-        """
+        """Starts the search over again on the same parameter space."""
         self.initialize(getattr(self, "param_space", {}))
 
     def is_finished(self) -> bool:
-        """Whether the search has nothing more to propose (always False in the base class).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import SearchAlgorithm
-        >>> SearchAlgorithm().is_finished()
-        False
-        """
+        """Whether the search has nothing more to propose (always False in the base class)."""
         return False
 
     def _state(self) -> dict[str, Any]:
@@ -210,25 +124,10 @@ class SearchAlgorithm:
             pickle.dump({"format": _STATE_FORMAT, "class": type(self).__name__, "state": self._state()}, f)
 
     def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Restores what :meth:`save_state` wrote (a search of the same class), so the search goes
-        on where it stood. The file is read with the tuner's restricted unpickler.
-
-        Parameters
-        ----------
-        filepath : str or os.PathLike
-            A file written by ``save_state`` of this class.
-
-        Raises
-        ------
-        FileNotFoundError
-            When the file does not exist.
-        ValueError
-            ``"<Class>.load_state: '...': expected a state saved by <Class>.save_state, got ..."``.
-
-        Examples
-        --------
-        See :meth:`save_state`.
-        """
+        """Restores what :meth:`save_state` wrote (a search of the same class, read with the
+        tuner's restricted unpickler), so the search goes on where it stood. FileNotFoundError
+        for a missing file; ValueError ``"<Class>.load_state: '...': expected a state saved by
+        <Class>.save_state, got ..."``."""
         from sketchcore.tuner._safe_pickle import safe_load
 
         name = type(self).__name__
@@ -260,13 +159,6 @@ class RandomSearch(SearchAlgorithm):
         Number of draws, ≥ 1.
     seed : int, optional
         Seed of the draws (Python's ``random.Random``); the same seed gives the same draws.
-
-    Attributes
-    ----------
-    n_trials : int
-        Draws per :meth:`initialize`.
-    seed : int or None
-        The seed.
 
     Raises
     ------
@@ -314,33 +206,14 @@ class RandomSearch(SearchAlgorithm):
         return self._random.choice(values)
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """A fresh draw from the space, or None after ``n_trials`` draws.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import RandomSearch
-        >>> search = RandomSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, None)
-        """
+        """A fresh draw from the space, or None after ``n_trials`` draws."""
         if self._drawn >= self.n_trials:
             return None
         self._drawn += 1
         return {name: self._draw(name, spec) for name, spec in self.param_space.items()}
 
     def is_finished(self) -> bool:
-        """Whether all ``n_trials`` draws were made.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import RandomSearch
-        >>> search = RandomSearch(n_trials=1, seed=0)
-        >>> search.initialize({"rank": [4]})
-        >>> before = search.is_finished(); _ = search.get_next_params()
-        >>> before, search.is_finished()
-        (False, True)
-        """
+        """Whether all ``n_trials`` draws were made."""
         return self._drawn >= self.n_trials
 
 
@@ -367,21 +240,7 @@ class GridSearch(SearchAlgorithm):
     """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Starts the grid over ``param_space``; see the class example.
-
-        Raises
-        ------
-        ValueError
-            For a continuous Float (no ``step``).
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch, Int
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": Int(2, 6, step=2)})
-        >>> search.get_next_params()
-        {'rank': 2}
-        """
+        """Starts the grid over ``param_space`` (ValueError for a continuous Float)."""
         super().initialize(param_space)
         lists = {}
         for name, spec in self.param_space.items():
@@ -393,16 +252,7 @@ class GridSearch(SearchAlgorithm):
         self._position = 0
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next combination, or None once every combination was proposed.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> search.get_next_params(), search.get_next_params()
-        ({'rank': 4}, None)
-        """
+        """The next combination, or None once every combination was proposed."""
         if self._position >= len(self._grid):
             self._position = len(self._grid) + 1  # asked past the end: finished
             return None
@@ -410,17 +260,7 @@ class GridSearch(SearchAlgorithm):
         return dict(self._grid[self._position - 1])
 
     def is_finished(self) -> bool:
-        """Whether :meth:`get_next_params` has returned None.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4]})
-        >>> _ = search.get_next_params(); before = search.is_finished(); _ = search.get_next_params()
-        >>> before, search.is_finished()
-        (False, True)
-        """
+        """Whether :meth:`get_next_params` has returned None."""
         return self._position > len(self._grid)
 
     def _state(self) -> dict[str, Any]:

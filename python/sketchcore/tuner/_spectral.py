@@ -2,8 +2,9 @@
 are needed.
 
 What is known without evaluating the model: every candidate starts from the SVD of its trained
-layer, so its weight error is the tail of the layer's singular spectrum, and its size is exact.
-What is not known: how much weight error each layer's part of the model tolerates. So:
+layer (the whitened SVD, given the layer's inputs), so its error is the tail of a singular
+spectrum, and its size is exact. What is not known: how much error each layer's part of the
+model tolerates. So:
 
 1. **One global tolerance, bisected.** A tolerance τ picks, in every layer, the smallest candidate
    whose weight error is ≤ τ (or the dense layer). The assignment only changes at the candidates'
@@ -70,8 +71,9 @@ class SpectralSearch:
     """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
     of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
     turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
-    the inputs seen while the dense model was evaluated (captured then, no extra evaluation);
-    False: of the weight error.
+    the inputs seen while the dense model was evaluated (captured then, no extra evaluation),
+    and a Linear layer's candidates get the factors that minimise it (the whitened truncation
+    ``sketch_model`` computes from calibration data); False: weight errors, the weight's SVD.
 
     Pass it as :class:`SKAutoTuner`'s ``search_algorithm`` (None gives ``SpectralSearch()``).
 
@@ -83,15 +85,6 @@ class SpectralSearch:
         Run the per-layer refinement after the global bisection.
     data_aware : bool, default True
         Error curves of the layers' outputs on captured inputs (True) or of their weights (False).
-
-    Attributes
-    ----------
-    max_evaluations : int
-        The budget of accuracy calls.
-    refine : bool
-        Whether the per-layer refinement runs.
-    data_aware : bool
-        Whether the curves are of output errors.
 
     Raises
     ------
@@ -149,16 +142,7 @@ class SpectralSearch:
         Raises
         ------
         AttributeError
-            ``"SpectralSearch has no Optuna study: ..."``.
-
-        Examples
-        --------
-        >>> from sketchcore.tuner import SpectralSearch
-        >>> SpectralSearch().study
-        Traceback (most recent call last):
-            ...
-        AttributeError: SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) ...
-        """
+            ``"SpectralSearch has no Optuna study: ..."``."""
         raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for "
                              "Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for "
                              "this one's evaluations")
@@ -213,27 +197,26 @@ class SpectralSearch:
         bisection, then probes below its boundary (accuracy measured on a finite test set is not
         exactly monotone in the size: a smaller option may pass where the next larger one failed)
         until ``PROBES`` in a row fail."""
-        unit = units[i]
-        top = len(unit.options) if current[i] is None else current[i]  # index `len` stands for dense
-        lo, hi = -1, top  # hi: feasible (the current state); lo: assumed infeasible
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial = list(current)
-            trial[i] = mid
-            if feasible(tuple(trial)):
-                hi = mid
-            else:
-                lo = mid
-        misses, probe = 0, hi - 2
+        top = len(units[i].options) if current[i] is None else current[i]  # index `len` stands for dense
+        trial = list(current)
+        hi = _lowest_feasible(trial, i, top, feasible)  # the current state (top) is feasible
+        below = self._probe_below(trial, i, hi - 2, feasible)
+        hi = hi if below is None else below
+        return None if hi == len(units[i].options) else hi
+
+    def _probe_below(self, trial: list[Optional[int]], i: int, start: int,
+                     feasible: Callable[[Assignment], bool]) -> Optional[int]:
+        """Options ``start``, ``start − 1``, … of unit i until ``PROBES`` in a row fail: the
+        lowest feasible one found, or None."""
+        misses, probe, found = 0, start, None
         while misses < self.PROBES and probe >= 0:
-            trial = list(current)
             trial[i] = probe
             if feasible(tuple(trial)):
-                hi, misses = probe, 0
+                found, misses = probe, 0
             else:
                 misses += 1
             probe -= 1
-        return None if hi == len(unit.options) else hi
+        return found
 
     def _trade(self, units: list[Unit], spectral: list[int], current: list[Optional[int]],
                feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
@@ -250,14 +233,7 @@ class SpectralSearch:
                     continue
                 trial = list(current)
                 trial[j] += step  # type: ignore[operator]
-                misses, probe, found = 0, current[big] - 1, None
-                while misses < self.PROBES and probe >= 0:
-                    trial[big] = probe
-                    if feasible(tuple(trial)):
-                        found, misses = probe, 0
-                    else:
-                        misses += 1
-                    probe -= 1
+                found = self._probe_below(trial, big, current[big] - 1, feasible)  # type: ignore[operator]
                 if found is not None:
                     trial[big] = found
                     if sum(u.size(i) for u, i in zip(units, trial)) < sum(u.size(i) for u, i in zip(units, current)):
@@ -268,17 +244,22 @@ class SpectralSearch:
     def _cheapest(units: list[Unit], i: int, current: list[Optional[int]],
                   feasible: Callable[[Assignment], bool]) -> Optional[int]:
         """Options without a spectrum: the cheapest feasible one, or dense if none is."""
-        unit = units[i]
         trial = list(current)
-        trial[i] = len(unit.options) - 1
+        trial[i] = len(units[i].options) - 1
         if not feasible(tuple(trial)):
             return None
-        lo, hi = -1, len(unit.options) - 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial[i] = mid
-            if feasible(tuple(trial)):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return _lowest_feasible(trial, i, len(units[i].options) - 1, feasible)
+
+
+def _lowest_feasible(trial: list[Optional[int]], i: int, hi: int, feasible: Callable[[Assignment], bool]) -> int:
+    """Bisection over the options of unit i below ``hi`` (known feasible; ``trial`` the others):
+    the lowest one found feasible, assuming feasibility grows with the option."""
+    lo = -1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        trial[i] = mid
+        if feasible(tuple(trial)):
+            hi = mid
+        else:
+            lo = mid
+    return hi

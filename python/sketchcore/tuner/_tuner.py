@@ -2,56 +2,49 @@
 evaluations (see ``_spectral``)."""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import nn
 
-from sketchcore.tuner._black_box import BlackBoxMixin
-from sketchcore.tuner._candidates import stored
+from sketchcore.tuner import _results_file
+from sketchcore.tuner._black_box import black_box
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
-from sketchcore.tuner._evaluation import EvaluationMixin
+from sketchcore.tuner._evaluation import Evaluator, built, set_module
 from sketchcore.tuner._gram import capture
 from sketchcore.tuner._resolvers import LayerNameResolver, ParamsResolver
-from sketchcore.tuner._results import ResultsMixin
-from sketchcore.tuner._results_file import ResultsFileMixin
+from sketchcore.tuner._results import ResultsLog, table_rows
 from sketchcore.tuner._scores import DENSE, Threshold, check_threshold
-from sketchcore.tuner._spectral import Assignment, SpectralSearch, Unit
-from sketchcore.tuner._spectral_driver import SpectralDriverMixin
-from sketchcore.tuner._units import build_units
+from sketchcore.tuner._spectral import Assignment, SpectralSearch
+from sketchcore.tuner._spectral_driver import spectral
+from sketchcore.tuner._units import units_of
 
 EvalFunc = Callable[..., Any]
 
 
-class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxMixin, EvaluationMixin):
-    """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API).
+class SKAutoTuner:
+    """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API): a
+    facade that validates, resolves the configs and runs :meth:`tune` through a per-tune
+    evaluator and a search driver.
 
-    ``accuracy_eval_func(model)`` returns a score, higher is better: one finite real number (a
-    0-d tensor is fine). Each evaluation calls it ``num_runs_per_param`` times and uses the mean.
-    What is searched for depends on ``accuracy_threshold``:
-
-    * ``None`` (Panther's default): the most accurate model of the search space; every selected
-      layer is replaced (of equally accurate models, the smallest).
-    * a number: the smallest model (fewest stored numbers: parameters and buffers) whose score is
-      ≥ the threshold — or, with ``optmization_eval_func`` (Panther's spelling;
-      ``optimization_eval_func`` is the same), the one meeting it that this function scores
-      highest (e.g. throughput), as in Panther.
-    * ``"dense"``: the dense model's own score is the threshold (lossless compression).
-
-    ``search_algorithm``: None or a :class:`SpectralSearch` (the default) reads each layer's
-    error-vs-size curve off its singular spectrum and spends a few dozen evaluations; a
-    Panther-style :class:`SearchAlgorithm` (``OptunaSearch``, ``RandomSearch``, ``GridSearch``)
-    runs Panther's black-box loop instead (each layer, or ``separate=False`` group, tuned on its
-    own with the others dense, one evaluation per trial). The model is changed in place only by
+    ``accuracy_eval_func(model)`` returns a score, higher is better (one finite real number; a
+    0-d tensor is fine), averaged over ``num_runs_per_param`` calls. ``accuracy_threshold``:
+    ``None`` (Panther's default) searches the most accurate model of the space, every selected
+    layer replaced; a number, the smallest model (fewest stored numbers) scoring ≥ it — or, with
+    ``optmization_eval_func`` (``optimization_eval_func`` is the same), the one meeting it that
+    this function scores highest; ``"dense"``, the dense model's own score as the threshold.
+    ``search_algorithm``: a :class:`SpectralSearch` (the default) reads each layer's error curve
+    off its spectrum; a Panther-style :class:`SearchAlgorithm` runs Panther's black-box loop
+    (each unit tuned with the others dense). The model changes only in
     :meth:`apply_best_params` and :meth:`replace_without_tuning`.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The trained model; its ``nn.Linear``, ``nn.Conv2d`` and ``nn.MultiheadAttention`` layers
-        can be selected (see ``LAYER_TYPE_MAPPING``).
+        The trained model (``nn.Linear``, ``nn.Conv2d``, ``nn.MultiheadAttention`` selectable).
     configs : TuningConfigs, LayerConfig or list of LayerConfig
-        Which layers and which search spaces; each layer may be selected by one config only.
+        Which layers and which search spaces; each layer in one config only.
     accuracy_eval_func : callable
         ``model → score`` (higher is better).
     search_algorithm : SpectralSearch or SearchAlgorithm, optional
@@ -61,75 +54,41 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
     accuracy_threshold : float, "dense" or None, default None
         See above.
     optmization_eval_func, optimization_eval_func : callable, optional
-        ``model → value`` to maximize among the models meeting a threshold (two spellings of one
-        argument; give at most one). Without a threshold it is not used (Panther's rule), and a
-        warning says so.
+        ``model → value`` to maximize among the models meeting a threshold (give at most one
+        spelling; without a threshold it is not used, and a warning says so).
     num_runs_per_param : int, default 1
         Calls of ``accuracy_eval_func`` averaged per evaluation, ≥ 1.
 
     Attributes
     ----------
-    model : torch.nn.Module
-        The model (changed only by :meth:`apply_best_params`/:meth:`replace_without_tuning`).
-    accuracy_eval_func : callable
-        The accuracy function.
-    search_algorithm : SpectralSearch or SearchAlgorithm
-        The search (after :meth:`tune` with ``OptunaSearch``, ``search_algorithm.study`` is the
-        Optuna study of the last unit tuned).
-    verbose : bool
-        Whether a line is printed per evaluation.
-    accuracy_threshold : float, "dense" or None
-        As given.
-    optmization_eval_func : callable or None
-        The optimization function (Panther's spelling).
-    optimization_eval_func : callable or None
-        The same object, spelled correctly.
-    num_runs_per_param : int
-        Calls averaged per evaluation.
     layer_map : dict
-        Every named submodule of the model, by name, as it was when the tuner was made.
-    resolver : LayerNameResolver
-        Resolves the configs' selectors (also :meth:`getResolver`).
-    paramsResolver : ParamsResolver
-        Turns ``params`` (``"auto"`` included) into explicit search spaces.
-    configs : TuningConfigs
-        The resolved configs (also :meth:`getConfigs`).
+        Every named submodule of the model, by name, as when the tuner was made.
+    resolver, paramsResolver : LayerNameResolver, ParamsResolver
+        Resolve the selectors, and ``params`` (``"auto"`` included) into explicit spaces.
     results : dict
-        Per layer (or ``"_"``-joined group) name, one row per evaluation: ``params``,
+        Per layer (or ``"_"``-joined group), one row per evaluation: ``params``,
         ``layer_class``, ``score``, ``accuracy``, ``speed``, ``parameters``, ``evaluation``.
     best_params : dict
         Layer name → ``{"params", "copy_weights", "best_layer"}`` (Panther's format).
     history : list of dict
-        One entry per evaluation: ``evaluation``, ``stage``, ``accuracy``, ``parameters``,
-        ``layers``, ``meets_threshold``.
+        Per evaluation: ``evaluation``, ``stage``, ``accuracy``, ``parameters``, ``layers``,
+        ``meets_threshold``.
     evaluations : int
         Calls of ``accuracy_eval_func`` made by the last :meth:`tune`.
-    dense_accuracy : float or None
-        The dense model's score, where the search measured it.
-    final_accuracy : float or None
-        The chosen model's score.
+    dense_accuracy, final_accuracy : float or None
+        The dense model's score (where measured) and the chosen model's.
     best_assignment_size : int or None
         Numbers the chosen model stores.
 
     Raises
     ------
     TypeError
-        ``"SKAutoTuner: model: expected a torch.nn.Module, got ..."``, ``"SKAutoTuner: configs:
-        expected a TuningConfigs, a LayerConfig or a list of them, got ..."``, ``"SKAutoTuner:
-        accuracy_eval_func: expected a callable, got ..."``, ``"SKAutoTuner:
-        optmization_eval_func: expected a callable, got ..."``, ``"SKAutoTuner: search_algorithm:
-        expected a SpectralSearch or a SearchAlgorithm (initialize/get_next_params/update), got
-        ..."``, ``"SKAutoTuner: accuracy_threshold: expected None, 'dense' or a finite number, got
-        ..."``, or, for a selected layer of another type, ``"SKAutoTuner: layer '...': expected one
-        of ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."``.
+        ``"SKAutoTuner: <argument>: expected ..., got ..."`` for a wrong type, or ``"SKAutoTuner:
+        layer '...': expected one of ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."``.
     ValueError
-        ``"SKAutoTuner: optimization_eval_func: expected it or its Panther spelling
-        optmization_eval_func, got both"``, ``"SKAutoTuner: num_runs_per_param: expected an
-        integer ≥ 1, got ..."``, ``"SKAutoTuner: accuracy_threshold: expected None, 'dense' or a
-        finite number, got 'x'"``, ``"SKAutoTuner: configs: layer '...' is selected by configs[i]
-        and configs[j]; expected each layer in one config"``, ``"SKAutoTuner: configs: expected at
-        least one LayerConfig, got none"``, a selector that matches no layer or is malformed, or
-        ``params`` a layer does not accept.
+        Both spellings of the optimization function, ``num_runs_per_param`` < 1, a string
+        threshold other than ``"dense"``, a layer selected by two configs, no config, a selector
+        matching no layer, or ``params`` a layer does not accept.
 
     Examples
     --------
@@ -228,17 +187,10 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         ``params="auto"`` to the explicit space it searches (one config per group of layers of
         the same type and shape, as Panther's ``ParamsResolver``).
 
-        Returns
-        -------
-        TuningConfigs
-            The resolved configs.
-
         Examples
         --------
-        >>> import torch
         >>> from torch import nn
         >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> _ = torch.manual_seed(0)
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
         >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
         >>> [(config.layer_names, config.params) for config in tuner.getConfigs()]
@@ -247,143 +199,189 @@ class SKAutoTuner(ResultsMixin, ResultsFileMixin, SpectralDriverMixin, BlackBoxM
         return self.configs
 
     def setConfigs(self, configs: TuningConfigs) -> None:  # noqa: N802 - Panther's name
-        """Replaces the configs (resolved against the model) for the next :meth:`tune`.
-
-        Parameters
-        ----------
-        configs : TuningConfigs
-            The new configs.
-
-        Raises
-        ------
-        ValueError
-            When a layer is selected by two configs, no config is given, or a selector matches
-            no layer (as in the constructor).
-        TypeError
-            For a selected layer of an unsupported type.
-
-        Examples
-        --------
-        >>> import torch
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner, TuningConfigs
-        >>> _ = torch.manual_seed(0)
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> tuner.setConfigs(TuningConfigs([LayerConfig("2", {"rank": [2, 4]})]))
-        >>> tuner.getConfigs()[0].layer_names
-        ['2']
-        """
+        """Replaces the configs (resolved against the model, with the constructor's errors)
+        for the next :meth:`tune`."""
         self.configs = self._resolve(configs)
 
     def getResolver(self) -> LayerNameResolver:  # noqa: N802 - Panther's name
-        """The resolver of the tuner's layer selectors (Panther's ``getResolver``).
-
-        Returns
-        -------
-        LayerNameResolver
-            Its ``resolve(selectors)`` lists the layer names a selector picks.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0).getResolver().resolve({"type": "Linear"})
-        ['0', '2']
-        """
+        """The resolver of the tuner's layer selectors (Panther's ``getResolver``): its
+        ``resolve(selectors)`` lists the layer names a selector picks."""
         return self.resolver
-
-    def _units(self, grams: Optional[dict[str, Any]] = None) -> tuple[list[Unit], list[LayerConfig]]:
-        """The search units, and the config each comes from."""
-        units, owners = [], []
-        for config in self.configs:
-            params = "auto" if config._auto else config.params
-            for unit in build_units(self.layer_map, config.layer_names, params, config.separate,
-                                    config.copy_weights, grams):
-                units.append(unit)
-                owners.append(config)
-        return units, owners
 
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
         """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
         dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format).
 
-        The model is left dense (call :meth:`apply_best_params` to install the choice);
-        ``evaluations``, ``history``, ``results``, ``dense_accuracy``, ``final_accuracy`` and
-        ``best_assignment_size`` are filled in. The first score returned is checked against a
-        numeric threshold's scale: a fraction against a percentage warns.
-
-        Returns
-        -------
-        dict
-            Layer name → ``{"params", "copy_weights", "best_layer"}``.
+        The model is left dense (:meth:`apply_best_params` installs the choice); ``evaluations``,
+        ``history``, ``results``, ``dense_accuracy``, ``final_accuracy`` and
+        ``best_assignment_size`` are filled in. The first score is checked against a numeric
+        threshold's scale (a fraction against a percentage warns).
 
         Raises
         ------
         ValueError
             ``"SKAutoTuner: accuracy_eval_func: expected a finite real number (a 0-d tensor is
-            fine), got ..."`` (likewise ``optmization_eval_func``) for a None, a tuple, a
-            per-sample tensor, NaN or ±inf; ``"SKAutoTuner: num_runs_per_param: expected at most
-            SpectralSearch.max_evaluations ..."`` when one evaluation needs more calls than the
-            search's budget.
+            fine), got ..."`` (likewise ``optmization_eval_func``), or ``num_runs_per_param`` above
+            ``SpectralSearch.max_evaluations``.
 
         Examples
         --------
-        >>> import torch
         >>> from torch import nn
         >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> _ = torch.manual_seed(0)
         >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> best = tuner.tune()
-        >>> sorted(best), best["2"]["params"], type(model[0]).__name__
-        (['0', '2'], {'rank': 1}, 'Linear')
         >>> SKAutoTuner(model, LayerConfig("0"), lambda m: None).tune()
         Traceback (most recent call last):
             ...
         ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number ..., got NoneType None
         """
-        self._built: dict[int, dict[int, list[nn.Module]]] = {}
-        self._evaluation_of: dict[Assignment, int] = {}
-        self._dense_size = stored(self.model)
-        self._scale_checked = False
-        given = self.accuracy_threshold
-        self._threshold: Optional[float] = given if isinstance(given, float) else None  # "dense": set once measured
-        self.history, self.results, self.evaluations = [], {}, 0
+        log = ResultsLog(self.verbose)
+        self.history, self.results, self.evaluations = log.history, log.results, 0
         self.dense_accuracy = self.final_accuracy = None
         selected = {name: self.layer_map[name] for config in self.configs for name in config.layer_names}
-        if isinstance(self.search_algorithm, SpectralSearch):
-            if self.num_runs_per_param > self.search_algorithm.max_evaluations:
-                raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
-                                 f"= {self.search_algorithm.max_evaluations}, got {self.num_runs_per_param}")
-            with capture(selected if self.search_algorithm.data_aware else {}) as grams:
-                self._measure_dense(selected)  # the dense model, once: the Gram matrices come with it
-            units, owners = self._units(grams)
-            best = self._spectral(units)
+        search = self.search_algorithm
+        spectral_search = isinstance(search, SpectralSearch)
+        if spectral_search and self.num_runs_per_param > search.max_evaluations:
+            raise ValueError(f"SKAutoTuner: num_runs_per_param: expected at most SpectralSearch.max_evaluations "
+                             f"= {search.max_evaluations}, got {self.num_runs_per_param}")
+        evaluator = Evaluator(self.model, self.layer_map, self.accuracy_eval_func, self.optmization_eval_func,
+                              self.num_runs_per_param, self.accuracy_threshold, log)
+        with capture(selected if spectral_search and search.data_aware else {}) as grams:
+            if spectral_search or self.accuracy_threshold == DENSE:  # the Gram matrices come with it
+                self.dense_accuracy = evaluator.measure_dense(list(selected))
+        units, owners = units_of(self.configs, self.layer_map, grams)  # built after the Grams were captured
+        evaluator.set_units(units)
+        if spectral_search:
+            assert self.dense_accuracy is not None
+            best, self.final_accuracy = spectral(evaluator, search, self.dense_accuracy)
         else:
-            if self.accuracy_threshold == DENSE:
-                self._measure_dense(selected)
-            units, owners = self._units()
-            best = self._black_box(units, owners)
-        self._finish(units, owners, best)
+            best, self.final_accuracy = black_box(evaluator, search, owners, self.verbose)
+        self.evaluations = log.evaluations
+        self._finish(evaluator, owners, best)
         return self.best_params
 
-    def _measure_dense(self, selected: dict[str, nn.Module]) -> None:
-        self.dense_accuracy = self._call()
-        if self.accuracy_threshold == DENSE:
-            self._threshold = self.dense_accuracy
-        self._log("dense", self.dense_accuracy, self._dense_size, {name: None for name in selected})
-
-    def _finish(self, units: list[Unit], owners: list[LayerConfig], best: Assignment) -> None:
-        self.best_assignment_size = self._size(units, best)
+    def _finish(self, evaluator: Evaluator, owners: list[LayerConfig], best: Assignment) -> None:
+        self.best_assignment_size = evaluator.size(best)
         if self.verbose:
-            print(f"[SKAutoTuner] chosen: {self.best_assignment_size} of {self._dense_size} numbers stored, "
+            print(f"[SKAutoTuner] chosen: {self.best_assignment_size} of {evaluator.dense_size} numbers stored, "
                   f"{self.evaluations} accuracy evaluations")
         self.best_params = {}
-        for unit, index, config in zip(units, best, owners):
-            modules = [None] * len(unit.names) if index is None else self._modules(unit, index)
+        for u, (unit, index, config) in enumerate(zip(evaluator.units, best, owners)):
+            modules = [None] * len(unit.names) if index is None else evaluator.modules(u, index)
             for name, module in zip(unit.names, modules):
                 self.best_params[name] = {"params": None if index is None else dict(unit.options[index].params),
                                           "copy_weights": config.copy_weights, "best_layer": module}
+
+    # -- results (Panther's names) ---------------------------------------------------------
+    def apply_best_params(self) -> nn.Module:
+        """Puts the chosen layers into the model (in place) and returns it; layers whose choice
+        is None stay dense. Before :meth:`tune` or :meth:`load_tuning_results`: RuntimeError
+        ``"SKAutoTuner.apply_best_params: no tuning results yet; ..."``."""
+        if not self.best_params:
+            raise RuntimeError("SKAutoTuner.apply_best_params: no tuning results yet; call tune() or "
+                               "load_tuning_results() first")
+        for name, data in self.best_params.items():
+            if data.get("best_layer") is not None:
+                set_module(self.model, name, data["best_layer"])
+        return self.model
+
+    def get_best_params(self) -> dict[str, dict[str, Any]]:
+        """The choice of the last :meth:`tune` or :meth:`load_tuning_results` (empty before):
+        layer name → ``{"params": dict or None, "copy_weights": bool, "best_layer": module or None}``."""
+        return self.best_params
+
+    def replace_without_tuning(self, tolerance: float = 0.1) -> nn.Module:
+        """Replaces every selected layer without evaluating the model and returns it. Explicit
+        params: the first value of each (Panther's rule). ``params="auto"``: the smallest setting
+        whose relative error (from the layer's spectrum) is ≤ ``tolerance`` (in [0, 1), else a
+        ValueError), or the most accurate setting for layers without a spectrum (attention); a
+        layer for which no setting meets it and saves numbers stays dense.
+
+        Examples
+        --------
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> calls = []
+        >>> tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [4, 8]}), lambda m: calls.append(1) or 1.0)
+        >>> tuner.replace_without_tuning()[0], len(calls)
+        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)
+        """
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got "
+                             f"{tolerance!r}")
+        units, owners = units_of(self.configs, self.layer_map, first_only=True)
+        for unit, config in zip(units, owners):
+            option = unit.options[0]
+            if config._auto:
+                fits = [o for o in unit.options if o.error is not None and o.error <= tolerance]
+                if not fits and unit.options[0].error is not None:
+                    continue  # no setting meets the tolerance and saves numbers: stays dense
+                option = fits[0] if fits else unit.options[-1]
+            for name, candidate in zip(unit.names, option.members):
+                set_module(self.model, name, built(candidate, self.layer_map[name]))
+        return self.model
+
+    def get_results_dataframe(self) -> Any:
+        """One row per (evaluation, layer or ``separate=False`` group), a pandas DataFrame (a list
+        of dicts without pandas; empty before :meth:`tune`): ``layer_name`` (a group's names
+        joined by "_"), Panther's ``num_terms`` and ``low_rank``, the other parameters
+        (``rank``, ...; empty for a dense layer), ``layer_class``, ``score`` (what the search
+        maximized: the accuracy without a threshold; with one, −∞ below it, else the
+        optimization function's value or minus the stored size), ``accuracy``, ``speed``,
+        ``parameters`` (numbers stored) and ``evaluation``."""
+        rows = table_rows(self.results)
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows)
+
+    def save_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
+        """Writes the results, the best parameters and the evaluation history (parent
+        directories are created). A ``.pkl``/``.pickle`` name gives a pickle of Panther's layout
+        (``"results"``, ``"best_params"`` with the chosen layers as modules, ``"config"``) plus
+        ``"history"``, ``"evaluations"``, ``"dense_accuracy"``, ``"final_accuracy"``; any other
+        name gives JSON of the same with each chosen layer's tensors as lists instead of the
+        module (loading rebuilds the layers and loads them)."""
+        path = os.fspath(file_path)
+        _results_file.save(path, self.results, self.best_params, self.configs,
+                           {"history": self.history, "evaluations": self.evaluations,
+                            "dense_accuracy": self.dense_accuracy, "final_accuracy": self.final_accuracy})
+        if self.verbose:
+            print(f"[SKAutoTuner] tuning results saved to {path}")
+
+    def load_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
+        """Reads what :meth:`save_tuning_results` wrote — or Panther's pickle — and rebuilds the
+        chosen layers from this tuner's model, so :meth:`apply_best_params` works.
+
+        The format is read from the file itself. Pickles are read with a restricted unpickler
+        (only the tuner's classes, sketchcore's and Panther's layers and torch tensors are built).
+        Each chosen layer is rebuilt from its parameters and the saved tensors are loaded into
+        it; where they do not fit, a warning says so and the rebuilt layer is kept.
+        FileNotFoundError for a missing file; ValueError for a file of neither format, a layer
+        these configs do not select, or params a layer does not accept.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from torch import nn
+        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> _ = tuner.tune()
+        >>> fresh = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     tuner.save_tuning_results(os.path.join(directory, "tuning.json"))
+        ...     fresh.load_tuning_results(os.path.join(directory, "tuning.json"))
+        >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
+        ({'rank': 16}, 'LowRankLinear')
+        """
+        path = os.fspath(file_path)
+        selected = {name: config.copy_weights for config in self.configs for name in config.layer_names}
+        data = _results_file.load(path, selected, self.layer_map)
+        self.results, self.best_params = data["results"], data["best_params"]
+        self.history, self.evaluations = data.get("history", []), data.get("evaluations", 0)
+        self.dense_accuracy, self.final_accuracy = data.get("dense_accuracy"), data.get("final_accuracy")
+        if self.verbose:
+            print(f"[SKAutoTuner] tuning results loaded from {path}")

@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from sketchcore.tuner._candidates import candidates, stored
+from sketchcore.tuner._configs import LayerConfig
+from sketchcore.tuner._params import choices
 from sketchcore.tuner._spectral import Option, Unit
 
 
@@ -39,3 +41,18 @@ def build_units(layers: dict[str, nn.Module], names: list[str], params: Any, sep
         options.append(Option(dict(key), sum(c.size for c in members), error, members))
     options.sort(key=lambda o: (o.size, o.error if o.error is not None else 0.0))
     return [Unit(list(names), sum(stored(layers[name]) for name in names), options, type(layers[names[0]]).__name__)]
+
+
+def units_of(configs: Any, layers: dict[str, nn.Module], grams: Optional[dict[str, torch.Tensor]] = None,
+             first_only: bool = False) -> tuple[list[Unit], list[LayerConfig]]:
+    """The search units of every config, and the config each comes from. ``first_only``: an
+    explicit space reduced to the first value of each parameter (Panther's rule without tuning)."""
+    units, owners = [], []
+    for config in configs:
+        params: Any = "auto" if config._auto else config.params
+        if first_only and params != "auto":
+            params = {key: [choices(spec, key)[0]] for key, spec in params.items()}  # type: ignore[index]
+        for unit in build_units(layers, config.layer_names, params, config.separate, config.copy_weights, grams):
+            units.append(unit)
+            owners.append(config)
+    return units, owners

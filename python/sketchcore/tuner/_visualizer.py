@@ -123,18 +123,7 @@ class ModelVisualizer:
         Raises
         ------
         TypeError
-            ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import ModelVisualizer
-        >>> model = nn.Sequential(nn.Sequential(nn.Linear(4, 4)), nn.Linear(4, 2))
-        >>> print(ModelVisualizer.module_tree(model, max_depth=1))
-        model (Sequential)/  30 params
-        ├─ 0 (Sequential)/  20 params
-        └─ 1 (Linear)  4→2 · 10 params
-        """
+            ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``."""
         if not isinstance(model, nn.Module):
             raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
         return "\n".join(_line(node) for node in _nodes(model, root_name, max_depth))
@@ -142,67 +131,17 @@ class ModelVisualizer:
     @staticmethod
     def print_module_tree(model: nn.Module, root_name: str = "model", max_depth: Optional[int] = None) -> None:
         """Prints :meth:`module_tree` (Panther's method: names and classes, here with shapes,
-        parameters and sketch settings).
-
-        Parameters
-        ----------
-        model : torch.nn.Module
-            The model.
-        root_name : str, default "model"
-            The name shown for the model itself.
-        max_depth : int, optional
-            Show modules down to this depth only.
-
-        Raises
-        ------
-        TypeError
-            ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        See the class example.
-        """
+        parameters and sketch settings); the arguments and errors are :meth:`module_tree`'s."""
         print(ModelVisualizer.module_tree(model, root_name, max_depth))
 
     @staticmethod
     def plot_module_tree(model: nn.Module, root_name: str = "model", max_depth: Optional[int] = None,
                          ax: Any = None) -> Any:
         """Draws the tree with matplotlib: one row per module, indented by depth, with a bar of the
-        numbers each module stores itself (parameters and buffers), sketched layers in one color,
-        the dense layers the tuner can replace in another.
-
-        Parameters
-        ----------
-        model : torch.nn.Module
-            The model.
-        root_name : str, default "model"
-            The name shown for the model itself.
-        max_depth : int, optional
-            Show modules down to this depth only.
-        ax : matplotlib.axes.Axes, optional
-            Where to draw; default a new figure (not shown: save it or display it yourself).
-
-        Returns
-        -------
-        matplotlib.figure.Figure
-            The figure drawn on.
-
-        Raises
-        ------
-        ImportError
-            ``"ModelVisualizer.plot_module_tree needs matplotlib, an optional dependency: pip
-            install matplotlib"``.
-        TypeError
-            ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import ModelVisualizer
-        >>> figure = ModelVisualizer.plot_module_tree(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
-        >>> [t.get_text() for t in figure.axes[0].texts][1]
-        '├─ 0 (Linear)  8→8 · 72 params'
-        """
+        numbers each module stores itself, sketched layers in one color, the dense layers the
+        tuner can replace in another. ``model``, ``root_name``, ``max_depth``: as in
+        :meth:`module_tree`; ``ax``: the matplotlib Axes to draw on (default a new figure, not
+        shown). Returns the figure; ImportError without matplotlib (an optional dependency)."""
         try:
             from matplotlib.figure import Figure
         except ImportError:

@@ -61,40 +61,52 @@ def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[Tensor]
     return None
 
 
+RowsOf = Callable[[Tensor], Optional[Tensor]]
+
+
+@contextlib.contextmanager
+def gram_hooks(layers: Mapping[str, tuple[nn.Module, RowsOf]]) -> Iterator[dict[str, Tensor]]:
+    """Within the block, every call of a named layer adds RᵀR to the yielded dict, R =
+    ``rows(x)`` of its input x (None: the call is skipped); layers given the same input tensor
+    through the same ``rows`` function in a row share its product."""
+    grams: dict[str, Tensor] = {}
+    last: dict[int, tuple[Tensor, Optional[Tensor]]] = {}  # id(rows) → (the last input, its RᵀR)
+
+    def hook_for(name: str, rows_of: RowsOf) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            x = _input_of(args, kwargs)
+            if x is None:
+                return
+            entry = last.get(id(rows_of))
+            if entry is None or entry[0] is not x:
+                with torch.no_grad():
+                    rows = rows_of(x.detach())
+                entry = last[id(rows_of)] = (x, None if rows is None else rows.t() @ rows)
+            if entry[1] is not None:
+                grams[name] = grams[name] + entry[1] if name in grams else entry[1].clone()
+        return hook
+
+    handles = [module.register_forward_pre_hook(hook_for(name, rows_of), with_kwargs=True)
+               for name, (module, rows_of) in layers.items()]
+    try:
+        yield grams
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def collect_grams(model: nn.Module, layers: Mapping[str, tuple[nn.Module, int]], batches: list[Any]
                   ) -> dict[str, Tensor]:
     """XᵀX (float64, d_in × d_in) of the inputs each named layer (module, d_in) receives over
     all batches, rows being the positions of the leading dimensions. Layers never called are
     absent from the result. Layers given the same input tensor in a call share its product."""
-    grams: dict[str, Tensor] = {}
-    shared: dict[int, tuple[Tensor, Tensor]] = {}  # id(input) → (input, its XᵀX), for one batch
-
-    def hook_for(name: str, d_in: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            x = _input_of(args, kwargs)
-            if x is None or x.shape[-1] != d_in:
-                return
-            entry = shared.get(id(x))
-            if entry is None or entry[0] is not x:
-                rows = x.detach().reshape(-1, d_in).to(torch.float64)
-                entry = (x, rows.t() @ rows)
-                shared[id(x)] = entry
-            if name in grams:
-                grams[name] += entry[1]
-            else:
-                grams[name] = entry[1].clone()
-        return hook
-
-    handles = [module.register_forward_pre_hook(hook_for(name, d_in), with_kwargs=True)
-               for name, (module, d_in) in layers.items()]
-    try:
+    flat: dict[int, RowsOf] = {}
+    for d_in in {d for _, d in layers.values()}:
+        flat[d_in] = lambda x, d=d_in: x.reshape(-1, d).to(torch.float64) if x.shape[-1] == d else None
+    with gram_hooks({name: (module, flat[d_in]) for name, (module, d_in) in layers.items()}) as grams:
         with evaluating(model):
             for batch in batches:
                 call_model(model, batch)
-                shared.clear()
-    finally:
-        for handle in handles:
-            handle.remove()
     return grams
 
 

@@ -19,13 +19,10 @@ def _is_count(value: Any) -> bool:
 
 def per_rank(layer: str, n_in: int, n_out: int, num_terms: Optional[int]) -> int:
     """Learnable parameters per unit of rank (per unit of k for SKLinear/SKConv2d)."""
-    if layer == "sklinear":
-        assert num_terms is not None
-        return (n_in + n_out) * num_terms
-    if layer == "skconv2d":
+    if layer == "skconv2d":  # the learnable S (2T blocks of in × k); the U1s are fixed sketches
         assert num_terms is not None
         return 2 * num_terms * n_in
-    return n_in + n_out
+    return _ranks.factored_size(n_in, n_out, 1 if layer == "lowrank" else num_terms)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import Tensor
 
+from sketchcore import _ranks
 from sketchcore.torch.layers import _factors
 
 
@@ -38,16 +39,7 @@ def whitened_svd(M: Tensor, gram: Tensor) -> tuple[Tensor, Tensor]:
 def rank_for_output_tolerance(s: Tensor, tolerance: float) -> tuple[int, float]:
     """The smallest rank r ≥ 1 whose relative output error √(Σ_{i>r} s̃_i² / Σ s̃_i²) is at
     most ``tolerance``, and that error (rank 1, error 0 when the layer's outputs are all zero)."""
-    energy = s * s
-    total = float(energy.sum())
-    if total == 0.0:
-        return 1, 0.0
-    tail = torch.flip(torch.cumsum(torch.flip(energy, [0]), 0), [0])  # tail[r] = Σ_{i ≥ r} s̃_i²
-    errors = torch.sqrt(torch.clamp(torch.cat([tail[1:], tail.new_zeros(1)]), min=0.0) / total)
-    for r, error in enumerate(errors.tolist(), start=1):
-        if error <= tolerance:
-            return r, error
-    return len(s), 0.0
+    return _ranks.rank_for_tolerance((s * s).tolist(), tolerance)
 
 
 def lowrank_factors(M: Tensor, Vt: Tensor, rank: int) -> tuple[Tensor, Tensor]:

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from sketchcore import linalg
+from sketchcore import _ranks, linalg
 
 #: Below this fraction of min(in, out), a randomized SVD replaces the exact one.
 _RANDOMIZED_BELOW = 0.25
@@ -32,15 +32,7 @@ def rank_for_tolerance(M: Tensor, tolerance: float) -> tuple[int, float]:
     """The smallest rank r whose truncated SVD has relative Frobenius error ≤ ``tolerance``
     (from M's exact singular values), and that error."""
     s = torch.linalg.svdvals(M.detach().to(torch.float64))
-    total = float((s * s).sum())
-    if total == 0.0:
-        return 1, 0.0
-    tail = torch.flip(torch.cumsum(torch.flip(s * s, [0]), 0), [0])  # tail[r] = Σ_{i ≥ r} s_i²
-    errors = torch.sqrt(torch.cat([tail[1:], tail.new_zeros(1)]) / total)  # error of rank r + 1
-    for r, error in enumerate(errors.tolist(), start=1):
-        if error <= tolerance:
-            return r, error
-    return len(s), 0.0
+    return _ranks.rank_for_tolerance((s * s).tolist(), tolerance)
 
 
 def balanced_factors(M: Tensor, rank: int) -> tuple[Tensor, Tensor]:

@@ -8,12 +8,14 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from sketchcore import _ranks
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.ops import _eager, _functorch
 from sketchcore.torch._common import ACTIVATIONS, positive_int
 from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sklinear
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 from sketchcore.torch.ops._ops import _joined_in_place
+
 
 class SKLinear(SketchedLayer):
     """A sketched linear layer with Panther's ``SKLinear`` math, initialisation and names:
@@ -109,9 +111,10 @@ class SKLinear(SketchedLayer):
         self.dropout = float(dropout)
         kwargs = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         T, k, n_in, n_out = self.num_terms, self.low_rank, self.in_features, self.out_features
-        if 2 * T * k * (n_in + n_out) > n_in * n_out:  # Panther's condition (factors and sketches counted)
+        stored = _ranks.factored_size(n_in, n_out, 2 * T * k)
+        if stored > n_in * n_out:  # Panther's condition (factors and sketches counted)
             warnings.warn(f"{self.WARNING_MSG_FC} (SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}): "
-                          f"2·T·k·(in + out) = {2 * T * k * (n_in + n_out)} > in·out = {n_in * n_out})",
+                          f"2·T·k·(in + out) = {stored} > in·out = {n_in * n_out})",
                           UserWarning, stacklevel=2)
         if init == "linear" and W_init is not None:
             raise ValueError("SKLinear: init: 'linear' draws the factors for training from scratch; with W_init use "
