@@ -11,7 +11,7 @@ convolution, Panther's ``bmm`` on U expanded to the batch; figures in
 docs/performance_results.md). Memory formats, dilation, unbatched inputs, autocast, autograd and
 torch.compile follow torch's own rules.
 
-Why not the core's sketched GEMM over im2col patches: the patch matrix is 9× the input (3×3
+Why not the core's sketched GEMM over im2col patches: the patch matrix is nine times the input (3×3
 kernels), and materialising it costs more than the whole convolution. An implicit-GEMM convolution in the core (patch blocks gathered into a
 cache-sized pooled buffer per GEMM block) is the way to put the first stage on the core; until
 then the framework's convolutions are the fastest engine available.

@@ -3,8 +3,8 @@
 Torch code reads ``.weight`` for three reasons, and each gets what it needs:
 
 * metadata (``.shape``, ``.dtype``, ``.device``, ``.requires_grad``): answered from the
-  wrapper itself, without computing anything (reading ``layer.weight.device`` inside a forward
-  used to cost 28× the layer);
+  wrapper itself, without computing anything (a forward that reads ``layer.weight.device`` must not
+  pay for the dense product);
 * fused fast paths (``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention`` in eval/no_grad):
   they check ``torch.overrides.has_torch_function`` on their weights and take their normal path,
   which calls the sketched module, when one of them overrides ``__torch_function__`` — this
