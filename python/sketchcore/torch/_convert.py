@@ -17,11 +17,13 @@ from torch import Tensor, nn
 from sketchcore.torch import _calibrate, _factors, _whitened
 from sketchcore.torch._attention import RandMultiHeadAttention, make_performer
 from sketchcore.torch._conv import SKConv2d, _check_convertible
+from sketchcore.torch._int8 import Int8LowRankLinear
 from sketchcore.torch._convert_linear import build, choose_rank, dense_equivalent
 from sketchcore.torch._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch._lowrank import LowRankLinear
 from sketchcore.torch._modules import SKLinear
 from sketchcore.torch._pretraining import check_pretraining_options
+from sketchcore.torch._quantize import check_quantize_config, quantize_layers
 from sketchcore.torch._registry import LinearSpec, read_linear, register_linear, spec_of, unregistered_subclass
 from sketchcore.torch._report import ConversionReport, LayerReport
 from sketchcore.torch._surgery import no_fused_encoders, parameter_names, params, replace, set_module, tied_reason
@@ -49,7 +51,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
                  tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
-                 **kwargs: Any) -> ConversionReport:
+                 quantize: Optional[Literal["int8"]] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
     ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
@@ -101,6 +103,12 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     names it is tied to; ``tied="untie"`` converts it anyway (the other users keep the dense
     weight, so the model grows).
 
+    Quantization: ``quantize="int8"`` ends the conversion with :func:`quantize_` — every new
+    LowRankLinear/SKLinear becomes an :class:`Int8LowRankLinear` (int8 factors, inference on
+    the CPU; the report's rows say ``quantize="int8"``). Layers kept dense stay ``nn.Linear``:
+    ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)`` quantizes
+    them and leaves sketchcore's layers alone.
+
     Other keyword arguments go to the new layers (``activation``, ``dropout``). With
     ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers become
     :class:`SKConv2d` of the same ``num_terms`` and ``init``; convolutions it refuses are kept,
@@ -143,6 +151,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     tied : {"keep", "untie"}
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
+    quantize : {"int8"}, optional
+        Quantize the new low-rank layers (:func:`quantize_`); None keeps them float.
     **kwargs
         Passed to the new layers (``activation``, ``dropout``).
 
@@ -160,7 +170,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         registered module whose weight or bias has the wrong shape; an unknown
         ``inner_activation`` (the message lists the valid ones), one with ``layer="sklinear"`` or
         without ``init="random"`` (converting a trained model), ``init="random"`` with
-        ``layer="sklinear"`` or with calibration inputs. The new layers' constructors raise on
+        ``layer="sklinear"`` or with calibration inputs; an unknown ``quantize``. The new layers' constructors raise on
         bad ``kwargs``.
     TypeError
         ``model`` is not an ``nn.Module`` (a state_dict, say: build the model, load it, pass it).
@@ -211,6 +221,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     if tied not in ("keep", "untie"):
         raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
     check_pretraining_options(layer, init, inner_activation, calibration)
+    if quantize is not None:
+        check_quantize_config(quantize, "sketch_model: quantize")
     if inner_activation is not None:
         kwargs = {**kwargs, "inner_activation": inner_activation}
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
@@ -264,6 +276,10 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         _measure(model, batches, tolerance, report)
     if not report.replaced:
         _warn_nothing_replaced(report, include, exclude)
+    if quantize is not None:
+        # after calibration: the errors in the report are the float layers'
+        for name in quantize_layers(model, only=set(report.replaced)):
+            report.replaced[name].quantize = quantize
     return report
 
 
@@ -411,7 +427,7 @@ def _measure(model: nn.Module, batches: list[Any], tolerance: Optional[float], r
 
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
-           "RandMultiHeadAttention": RandMultiHeadAttention}
+           "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -479,6 +495,10 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
                                       tuple(config["stride"]), tuple(config["padding"]), config["bias"],
                                       config["num_terms"], config["low_rank"], dilation=tuple(config["dilation"]),
                                       **placement)
+        elif cls is Int8LowRankLinear:  # the saved int8 factors, as they are (no dense weight)
+            new = Int8LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
+                                    activation=config["activation"], inner_activation=config.get("inner_activation"),
+                                    device=placement.get("device")).train(old.training)  # it refuses training mode
         elif cls is SKLinear:
             new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
                            bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
