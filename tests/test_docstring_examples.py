@@ -14,6 +14,7 @@ MODULES = [
     "sketchcore._cpu_blas",
     "sketchcore._cuda",
     "sketchcore._ops",
+    "sketchcore._int8",
     "sketchcore._performer",
     "sketchcore._runtime",
     "sketchcore._framework_gemm",

@@ -40,6 +40,7 @@ from sketchcore._gates import (  # noqa: E402
     gated_paths,
     set_gated_path,
 )
+from sketchcore._int8 import Int8Factor, int8_sketched_matmul, quantize_int8  # noqa: E402
 from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
 from sketchcore._performer import performer_attention, performer_attention_backward  # noqa: E402
 from sketchcore._runtime import (  # noqa: E402
@@ -80,6 +81,7 @@ __all__ = [
     "ACTIVATIONS",
     "DLPackBuffer",
     "GatedPath",
+    "Int8Factor",
     "build_info",
     "cmake_prefix",
     "cpu_blas_of",
@@ -88,6 +90,7 @@ __all__ = [
     "gated_path",
     "gated_path_enabled",
     "gated_paths",
+    "int8_sketched_matmul",
     "get_allow_tf32",
     "get_cpu_blas",
     "get_gemm_tuning",
@@ -96,6 +99,7 @@ __all__ = [
     "memory",
     "performer_attention",
     "performer_attention_backward",
+    "quantize_int8",
     "sketch",
     "set_allow_tf32",
     "set_cpu_blas",

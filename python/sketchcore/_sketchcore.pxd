@@ -77,6 +77,25 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
                                   const TensorView& U, const TensorView& intermediate, const Epilogue& epilogue,
                                   const SketchedMatmulGradients& grads) except +raise_py_error
 
+    # int8_matmul.hpp
+    cdef cppclass Int8Factor:
+        Int8Factor(const signed char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                   const float* scale) except +raise_py_error
+        int64_t rows()
+        int64_t cols()
+        int64_t nbytes()
+        void unpack(signed char* q)
+        const float* scales()
+
+    vector[int64_t] int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
+                                                      const Int8Factor& U) except +raise_py_error
+    void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U, const TensorView& out,
+                              const Epilogue& epilogue) except +raise_py_error
+    string int8_gemm_isa() except +raise_py_error
+    void set_int8_gemm_isa(const string& name) except +raise_py_error
+    cbool int8_gemm_isa_supported(const string& name) except +raise_py_error
+    double int8_peak_macs_per_second(const string& name, int64_t iterations) except +raise_py_error
+
     # performer.hpp
     cdef enum class PerformerKernel:
         softmax

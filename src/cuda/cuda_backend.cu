@@ -402,6 +402,11 @@ class CudaBackend final : public detail::Backend {
     require_gated_path(GatedPath::cuda_performer_kernels, "performer_attention_backward on a CUDA device");
     performer_attention_backward_on_device(p, grad_out, g);
   }
+  void int8_sketched_matmul(const detail::Int8MatmulProblem& p) const override {
+    // Not written yet: the factors are packed for the CPU kernels (issue 49 plans cuBLASLt int8).
+    throw device_error("int8_sketched_matmul: x: expected an array in CPU memory (the int8 sketched GEMM has no "
+                       "CUDA implementation yet), got " + device_name(p.x.device()));
+  }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
   int device_count() const noexcept override {
     int count = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "sketchcore/epilogue.hpp"
+#include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"
 #include "sketchcore/sketch.hpp"
@@ -57,6 +58,19 @@ struct PerformerProblem {
   std::int64_t batch, heads, queries, keys, dim, value_dim, num_features;  // B, H, L, S, d, e, m
 };
 
+/// A validated int8_sketched_matmul problem: x (..., d_in) float32, S (d_in × rank) and U
+/// (rank × d_out) packed int8 factors, `out` (..., d_out) float32 with unit column stride and
+/// collapsing rows (row stride out_row_stride), no overlap; the bias (if any) float32 (d_out).
+struct Int8MatmulProblem {
+  const TensorView& x;
+  const Int8Factor& S;
+  const Int8Factor& U;
+  const TensorView& out;
+  const Epilogue& epilogue;
+  std::int64_t rows, d_in, rank, d_out;
+  std::int64_t out_row_stride;
+};
+
 /// One kind of device's implementation of the operations and of its memory pool.
 class Backend {
  public:
@@ -76,6 +90,8 @@ class Backend {
   /// The requested gradients of a validated problem, given dL/dout.
   virtual void performer_attention_backward(const PerformerProblem& problem, const TensorView& grad_out,
                                             const PerformerGradients& grads) const = 0;
+  /// Computes a validated int8_sketched_matmul problem into problem.out.
+  virtual void int8_sketched_matmul(const Int8MatmulProblem& problem) const = 0;
   /// Whether `dtype` can be computed on this kind of device.
   virtual bool supports(DType dtype) const noexcept = 0;
   /// Number of devices of this kind that can be used (the CPU: 1).

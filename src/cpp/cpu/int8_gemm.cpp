@@ -1,0 +1,172 @@
+// The driver of the int8 GEMMs (cpu/int8_gemm.hpp): which kernel family runs, the per-row
+// quantization of activations, the portable kernel, and the tiling over the workers.
+//
+// Tiles are (up to kTileRows rows) × (one 64-column panel), row blocks outermost, so a worker's
+// contiguous chunk of tiles walks every panel of a row block while those rows stay in L1/L2;
+// a decode call (a few rows) splits the panels between the workers, each streaming its part of
+// the packed factor once.
+#include "cpu/int8_gemm.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "cpu/epilogue_kernels.hpp"
+#include "detail/parallel.hpp"
+
+namespace sketchcore::detail {
+
+namespace {
+
+constexpr std::int64_t kTileRows = 48;
+/// Multiply-adds below which a chunk is not worth waking a worker for.
+constexpr std::int64_t kMinParallelMacs = std::int64_t{1} << 18;
+
+Int8Isa best_supported(Int8Isa cap) noexcept {
+  for (Int8Isa isa : {Int8Isa::avx512_vnni, Int8Isa::avx_vnni, Int8Isa::avx2, Int8Isa::portable}) {
+    if (static_cast<int>(isa) <= static_cast<int>(cap) && int8_isa_supported(isa)) return isa;
+  }
+  return Int8Isa::portable;
+}
+
+Int8Isa initial_isa() noexcept {
+  Int8Isa cap = Int8Isa::avx512_vnni;
+  if (const char* env = std::getenv("SKETCHCORE_INT8_ISA")) {
+    for (Int8Isa isa : {Int8Isa::portable, Int8Isa::avx2, Int8Isa::avx_vnni, Int8Isa::avx512_vnni}) {
+      if (std::string_view(env) == int8_isa_name(isa)) cap = isa;
+    }
+  }
+  return best_supported(cap);
+}
+
+std::atomic<Int8Isa>& active() noexcept {
+  static std::atomic<Int8Isa> isa{initial_isa()};
+  return isa;
+}
+
+Int8TileKernel kernel_of(Int8Isa isa) noexcept {
+  switch (isa) {
+#if SKETCHCORE_INT8_X86
+    case Int8Isa::avx512_vnni: return int8_tile_avx512_vnni;
+    case Int8Isa::avx_vnni: return int8_tile_avx_vnni;
+    case Int8Isa::avx2: return int8_tile_avx2;
+#endif
+    default: return int8_tile_portable;
+  }
+}
+
+/// Quantizes one row; returns its scale (NaN for a row with a non-finite value).
+float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, std::int64_t padded, bool offset,
+                   std::uint8_t* dst, float scale_factor) {
+  float max_abs = 0.0f;
+  bool finite = true;  // std::max drops NaNs, so they are looked for separately
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const float a = std::fabs(x[j * col_stride]);
+    max_abs = std::max(max_abs, a);
+    finite &= a <= std::numeric_limits<float>::max();
+  }
+  if (!finite) max_abs = std::numeric_limits<float>::infinity();
+  const std::uint8_t zero = offset ? 128 : 0;
+  const auto bias = static_cast<std::int32_t>(zero);
+  if (!std::isfinite(max_abs) || max_abs == 0.0f) {
+    std::memset(dst, zero, static_cast<std::size_t>(padded));
+    return max_abs == 0.0f ? 0.0f : std::nanf("");
+  }
+  const float scale = max_abs / 127.0f;
+  for (std::int64_t j = 0; j < cols; ++j) {
+    // nearbyint rounds half to even in the default rounding mode, as NumPy's rint does.
+    const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[j * col_stride] / scale)));
+    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + bias);
+  }
+  std::memset(dst + cols, zero, static_cast<std::size_t>(padded - cols));
+  return scale * scale_factor;
+}
+
+}  // namespace
+
+bool int8_isa_supported(Int8Isa isa) noexcept {
+  switch (isa) {
+    case Int8Isa::portable: return true;
+#if SKETCHCORE_INT8_X86
+    case Int8Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Int8Isa::avx_vnni: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+    case Int8Isa::avx512_vnni:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
+#endif
+    default: return false;
+  }
+}
+
+const char* int8_isa_name(Int8Isa isa) noexcept {
+  switch (isa) {
+    case Int8Isa::portable: return "portable";
+    case Int8Isa::avx2: return "avx2";
+    case Int8Isa::avx_vnni: return "avx_vnni";
+    case Int8Isa::avx512_vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+Int8Isa active_int8_isa() noexcept { return active().load(std::memory_order_relaxed); }
+
+void set_active_int8_isa(Int8Isa isa) noexcept { active().store(isa, std::memory_order_relaxed); }
+
+void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                        const float* row_scale, const std::int8_t* panel, const std::int32_t* /*offsets*/,
+                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const auto* ai = reinterpret_cast<const std::int8_t*>(a + i * lda);  // signed activations
+    for (std::int64_t j = 0; j < cols; ++j) {
+      std::int32_t sum = 0;
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const std::int8_t* b = panel + g * kInt8GroupBytes + 4 * j;
+        for (int t = 0; t < 4; ++t) sum += std::int32_t{ai[4 * g + t]} * std::int32_t{b[t]};
+      }
+      c[i * ldc + j] = static_cast<float>(sum) * (row_scale[i] * col_scale[j]);
+    }
+  }
+}
+
+void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        float* scale, float scale_factor) {
+  const std::int64_t padded = 4 * ((cols + 3) / 4);
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const float* row = x + (row_offsets ? row_offsets[i] : i * row_stride);
+      scale[i] = quantize_row(row, col_stride, cols, padded, offset, dst + i * padded, scale_factor);
+    }
+  });
+}
+
+void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b, float* c, std::int64_t ldc,
+               const float* bias, Activation act, Int8Isa isa) {
+  if (rows == 0 || b.cols == 0) return;
+  const Int8TileKernel kernel = kernel_of(isa);
+  const std::int64_t row_blocks = (rows + kTileRows - 1) / kTileRows;
+  const std::int64_t tiles = row_blocks * b.panels;
+  const std::int64_t macs_per_tile =
+      std::min(rows, kTileRows) * kInt8PanelCols * std::max<std::int64_t>(4 * b.groups, 1);
+  const std::int64_t grain = std::max<std::int64_t>(1, kMinParallelMacs / macs_per_tile);
+  parallel_for(tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t r0 = (t / b.panels) * kTileRows, p = t % b.panels;
+      const std::int64_t nr = std::min(kTileRows, rows - r0);
+      const std::int64_t j0 = p * kInt8PanelCols, nc = std::min(kInt8PanelCols, b.cols - j0);
+      float* tile = c + r0 * ldc + j0;
+      kernel(nr, b.groups, a.data + r0 * a.stride, a.stride, a.scale + r0, b.values + p * b.groups * kInt8GroupBytes,
+             b.column_offsets + j0, b.scales + j0, tile, ldc, nc);
+      if (act != Activation::none || bias) {
+        for (std::int64_t i = 0; i < nr; ++i) activation_forward_f32(act, tile + i * ldc, bias ? bias + j0 : nullptr, nc);
+      }
+    }
+  });
+}
+
+}  // namespace sketchcore::detail

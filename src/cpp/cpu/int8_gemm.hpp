@@ -1,0 +1,106 @@
+// The int8 GEMMs of int8_sketched_matmul (include/sketchcore/int8_matmul.hpp) on the CPU:
+// the packed factor layout, the per-row activation quantization, the register kernels of each
+// instruction set (cpu/int8_kernels_avx512.cpp, cpu/int8_kernels_avx2.cpp, portable here) and the
+// driver that tiles a product over sketchcore's workers (cpu/int8_gemm.cpp).
+//
+// Layout of a packed k × n factor: panels of kPanelCols = 64 columns; in a panel, group g of
+// four rows (4g … 4g+3) is 256 bytes, column j's four values at bytes 4j … 4j+3, so one 64-byte
+// vector load gives 16 columns × 4 rows, what VPDPBUSD multiplies against four consecutive
+// activations broadcast to every lane. Rows past k and columns past n are zero.
+//
+// VPDPBUSD multiplies unsigned by signed bytes, so the VNNI kernels take the activations as
+// a + 128 (unsigned) and subtract 128 · Σ_i q[i][j] (column_offsets) from each sum; the AVX2 and
+// portable kernels take them signed. Every sum is exact in int32 (|Σ| ≤ 255·127·k < 2^31 for
+// k < 66,000; the core refuses larger k).
+#pragma once
+
+#include <cstdint>
+
+#include "sketchcore/epilogue.hpp"
+#include "sketchcore/int8_matmul.hpp"
+
+namespace sketchcore {
+
+/// The packed form of an Int8Factor (layout above).
+struct Int8Factor::Packed {
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t groups = 0;  ///< ⌈rows/4⌉ four-row groups
+  std::int64_t panels = 0;  ///< ⌈cols/64⌉ panels
+  std::int8_t* values = nullptr;          ///< panels · groups · 256 bytes, 64-byte aligned
+  float* scales = nullptr;                ///< panels · 64 column scales (0 past cols)
+  std::int32_t* column_offsets = nullptr; ///< panels · 64 values of 128 · Σ_i q[i][j]
+  void* storage = nullptr;                ///< the one allocation holding the three
+  std::int64_t storage_bytes = 0;
+};
+
+namespace detail {
+
+constexpr std::int64_t kInt8PanelCols = 64;
+constexpr std::int64_t kInt8GroupBytes = 4 * kInt8PanelCols;
+/// The largest inner dimension whose int32 sums cannot overflow (see above).
+constexpr std::int64_t kInt8MaxInner = 65536;
+
+enum class Int8Isa { portable, avx2, avx_vnni, avx512_vnni };
+
+/// Quantized rows of activations: row i at data + i·stride (stride = 4·groups bytes), each
+/// value q + 128 when `offset` (VNNI kernels) else q; scale[i] its row scale.
+struct Int8Rows {
+  const std::uint8_t* data;
+  std::int64_t stride;
+  const float* scale;
+  bool offset;
+};
+
+/// One family's register kernel: C[i][j] = float(Σ_g a_i·b − offset_j) · (row_scale[i] ·
+/// col_scale[j]) for i < rows (any count), j < cols (≤ 64), over the `groups` four-row groups
+/// of one packed panel; C rows at c + i·ldc.
+using Int8TileKernel = void (*)(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                                const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
+                                const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+
+/// Whether a family is compiled in and this CPU runs it; its name; the active one.
+bool int8_isa_supported(Int8Isa isa) noexcept;
+const char* int8_isa_name(Int8Isa isa) noexcept;
+Int8Isa active_int8_isa() noexcept;
+void set_active_int8_isa(Int8Isa isa) noexcept;
+/// Whether the family takes its activations as q + 128.
+inline bool int8_isa_offsets_activations(Int8Isa isa) noexcept {
+  return isa == Int8Isa::avx_vnni || isa == Int8Isa::avx512_vnni;
+}
+
+/// The tile kernels of each family.
+void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
+                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SKETCHCORE_INT8_X86 1
+void int8_tile_avx2(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                    const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
+                    const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
+                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+void int8_tile_avx512_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                           const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
+                           const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+/// The peak loops (int8 multiply-adds per second on the calling thread).
+double int8_peak_avx512_vnni(std::int64_t iterations);
+double int8_peak_avx_vnni(std::int64_t iterations);
+#else
+#define SKETCHCORE_INT8_X86 0
+#endif
+
+/// Quantizes `rows` rows of float32 (row i at x + row_offset(i), `col_stride` apart, `cols`
+/// values) into `dst` (stride 4·⌈cols/4⌉ bytes, padding zero) and row scales, on the workers.
+/// row_offsets null means row i at x + i·row_stride.
+void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        float* scale, float scale_factor = 1.0f);
+
+/// C (rows × b.cols, row stride ldc) = act(deq(a · b) + bias) with the family `isa`, tiled
+/// over the workers; `bias` contiguous (b.cols values) or null.
+void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b, float* c, std::int64_t ldc,
+               const float* bias, Activation act, Int8Isa isa);
+
+}  // namespace detail
+}  // namespace sketchcore

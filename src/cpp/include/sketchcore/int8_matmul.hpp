@@ -1,0 +1,109 @@
+/// @file int8_matmul.hpp
+/// @brief The int8 sketched GEMM: y = act(deq(q8(σ(deq(q8(x)·S_q)))·U_q) + bias), with int8
+/// factors packed once and activations quantized per row on the fly (int32 accumulation).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sketchcore/epilogue.hpp"
+#include "sketchcore/export.hpp"
+#include "sketchcore/tensor.hpp"
+
+namespace sketchcore {
+
+/// A k × n matrix of int8 values q[i][j] in [−127, 127] with one float32 scale per column:
+/// its value is q[i][j] · scale[j]. Packed once, at construction, into the layout of the CPU
+/// int8 kernels (panels of 64 columns, four consecutive rows of a column in 4 bytes), with the
+/// column sums the kernels' unsigned-activation trick needs; the object owns that memory and
+/// is immutable, so one factor may be used by concurrent calls.
+class SKETCHCORE_API Int8Factor {
+ public:
+  /// Packs the rows × cols matrix at `q` (element (i, j) at q[i·row_stride + j·col_stride],
+  /// strides in elements, any sign) with the column scales `scale` (contiguous, cols values).
+  /// @throws shape_error          for negative extents
+  /// @throws std::invalid_argument for a q value of −128 (the range is symmetric) or a scale
+  ///                              that is negative or not finite; messages name the argument,
+  ///                              the expected and the actual value
+  Int8Factor(const std::int8_t* q, std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
+             std::int64_t col_stride, const float* scale);
+  ~Int8Factor();                                        ///< frees the packed memory
+  Int8Factor(Int8Factor&&) noexcept;                    ///< takes over the packed memory
+  Int8Factor& operator=(Int8Factor&&) noexcept;         ///< takes over the packed memory
+  Int8Factor(const Int8Factor&) = delete;               ///< not copyable (it owns the packing)
+  Int8Factor& operator=(const Int8Factor&) = delete;    ///< not copyable
+
+  /// Rows k (the inner dimension of the product it takes part in).
+  std::int64_t rows() const noexcept;
+  /// Columns n.
+  std::int64_t cols() const noexcept;
+  /// Bytes held: the packed values (padded to whole panels and 4-row groups), the column
+  /// scales and the column sums.
+  std::int64_t nbytes() const noexcept;
+  /// Writes the int8 values back, row-major, into `q` (rows·cols values).
+  void unpack(std::int8_t* q) const noexcept;
+  /// The column scales (cols values).
+  const float* scales() const noexcept;
+
+  /// The packed layout, for the kernels (see cpu/int8_gemm.hpp).
+  struct Packed;
+  /// The packing.
+  const Packed& packed() const noexcept;
+
+ private:
+  std::unique_ptr<Packed> packed_;
+};
+
+/// Checks the operands of int8_sketched_matmul and returns the shape of its result,
+/// `x.shape[:-1] + (U.cols(),)`.
+/// @throws shape_error  for x without dimensions or extents that do not chain
+///                      (x.shape[-1] = S.rows(), S.cols() = U.rows())
+/// @throws dtype_error  for an x that is not float32
+/// @throws device_error for an x that is not in host memory (the CUDA int8 path is not written)
+SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
+                                                                           const Int8Factor& U);
+
+/// Computes, for every row x_i of x (float32, any strides):
+///   a = q8(x_i) (row scale s_x = max|x_i|/127, q = clip(round_half_even(x_i / s_x), ±127)),
+///   z = σ(s_x · (a·S_q) ⊙ S.scale)        (int32 sums, then float32; σ = inner_activation)
+///   b = q8(z), y_i = act(epilogue.scale · s_z · (b·U_q) ⊙ U.scale + bias)
+/// An all-zero row quantizes to zeros; a row with a non-finite value gives a NaN row.
+/// `out` (float32, shape int8_sketched_matmul_output_shape) must have unit column stride and
+/// leading dimensions that collapse into one row stride, no overlap with x or the bias.
+/// Dropout is not supported (epilogue.dropout_p must be 0). Runs on sketchcore's workers with
+/// the kernels of int8_gemm_isa(). Thread safety: concurrent calls are safe when their outputs
+/// do not overlap.
+/// @throws shape_error, dtype_error, device_error as int8_sketched_matmul_output_shape, and for
+///         a wrong `out` or `epilogue.bias`
+/// @throws std::invalid_argument for a dropout probability other than 0 or a non-finite scale
+SKETCHCORE_API void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U,
+                                         const TensorView& out, const Epilogue& epilogue = {});
+
+/// The int8 kernel families of the CPU, in order of preference: AVX-512 VNNI (VPDPBUSD on
+/// 512-bit vectors), AVX-VNNI (the same on 256-bit vectors), AVX2 (VPMADDUBSW on signed
+/// operands made safe from saturation) and portable C++.
+/// @return the name of the family the int8 calls of this process run: "avx512_vnni",
+///         "avx_vnni", "avx2" or "portable" (the best this CPU has, capped by the environment
+///         variable SKETCHCORE_INT8_ISA with one of those names, read once)
+SKETCHCORE_API std::string int8_gemm_isa();
+
+/// Makes `name` (as int8_gemm_isa returns) the family of the int8 calls that follow, in every
+/// thread; meant for tests and benchmarks that compare the families on one machine.
+/// @throws std::invalid_argument for an unknown name or a family this CPU (or build) cannot run
+SKETCHCORE_API void set_int8_gemm_isa(const std::string& name);
+
+/// Whether this CPU can run the family `name` and it was compiled in.
+/// @throws std::invalid_argument for an unknown name
+SKETCHCORE_API bool int8_gemm_isa_supported(const std::string& name);
+
+/// Times `iterations` VPDPBUSD instructions on 24 independent accumulators in registers
+/// on the calling thread and returns int8 multiply-adds per second (one VPDPBUSD on 512-bit
+/// vectors = 64 of them): the single-core int8 peak of the family `name` that the GEMM is
+/// measured against. Returns 0 for families without a dot-product instruction ("avx2",
+/// "portable" time their multiply-add sequence instead).
+/// @throws std::invalid_argument as set_int8_gemm_isa
+SKETCHCORE_API double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations);
+
+}  // namespace sketchcore

@@ -1,0 +1,142 @@
+// Public entry point of the int8 sketched GEMM: argument validation (once) and dispatch to the
+// backend of x's device; the choice of the CPU's int8 kernel family (cpu/int8_gemm.hpp).
+#include "sketchcore/int8_matmul.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/int8_gemm.hpp"
+#include "detail/backend.hpp"
+#include "detail/check.hpp"
+#include "detail/checked.hpp"
+#include "detail/layout.hpp"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore {
+
+namespace {
+
+constexpr const char* kOp = "int8_sketched_matmul";
+
+void check_float32_like_x(const TensorView& v, const TensorView& x, const char* name) {
+  if (v.device() != x.device()) {
+    detail::fail<device_error>(kOp, name, "device " + device_name(x.device()) + " (the device of x)",
+                               device_name(v.device()));
+  }
+  if (v.dtype() != DType::float32) {
+    detail::fail<dtype_error>(kOp, name, "dtype float32", dtype_name(v.dtype()));
+  }
+}
+
+void check_bias(const Epilogue& e, const TensorView& x, std::int64_t d_out) {
+  if (!e.bias) return;
+  check_float32_like_x(*e.bias, x, "bias");
+  if (e.bias->ndim() != 1 || e.bias->size(0) != d_out) {
+    detail::fail<shape_error>(kOp, "bias", "shape (" + std::to_string(d_out) + ",)", detail::describe_shape(*e.bias));
+  }
+}
+
+void check_epilogue(const Epilogue& e) {
+  if (e.dropout_p != 0.0) {
+    detail::fail<std::invalid_argument>(kOp, "dropout_p", "0 (the int8 path has no dropout)",
+                                        std::to_string(e.dropout_p));
+  }
+  if (!std::isfinite(e.scale)) {
+    detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(e.scale));
+  }
+  for (const Activation a : {e.activation, e.inner_activation}) {
+    bool known = false;
+    for (const Activation k : all_activations()) known = known || k == a;
+    if (!known) {
+      detail::fail<std::invalid_argument>(kOp, a == e.activation ? "activation" : "inner_activation",
+                                          "a known activation", "the enumerator " + std::to_string(static_cast<int>(a)));
+    }
+  }
+}
+
+detail::Int8Isa parse_isa(const std::string& name) {
+  for (auto isa : {detail::Int8Isa::portable, detail::Int8Isa::avx2, detail::Int8Isa::avx_vnni,
+                   detail::Int8Isa::avx512_vnni}) {
+    if (name == detail::int8_isa_name(isa)) return isa;
+  }
+  detail::fail<std::invalid_argument>("set_int8_gemm_isa", "name", "one of 'avx512_vnni', 'avx_vnni', 'avx2', 'portable'",
+                                      "'" + name + "'");
+}
+
+}  // namespace
+
+std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
+                                                            const Int8Factor& U) {
+  if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
+  if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
+  if (x.device().type != DeviceType::cpu) {
+    detail::fail<device_error>(kOp, "x",
+                               "an array in CPU memory (the int8 sketched GEMM has no CUDA implementation yet)",
+                               device_name(x.device()));
+  }
+  if (x.size(-1) != S.rows()) {
+    detail::fail<shape_error>(kOp, "S", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])",
+                              "shape (" + std::to_string(S.rows()) + ", " + std::to_string(S.cols()) + ")");
+  }
+  if (U.rows() != S.cols()) {
+    detail::fail<shape_error>(kOp, "U", std::to_string(S.cols()) + " rows (the columns of S)",
+                              "shape (" + std::to_string(U.rows()) + ", " + std::to_string(U.cols()) + ")");
+  }
+  std::vector<std::int64_t> shape = x.shape();
+  shape.back() = U.cols();
+  return shape;
+}
+
+void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U, const TensorView& out,
+                          const Epilogue& epilogue) {
+  const std::vector<std::int64_t> shape = int8_sketched_matmul_output_shape(x, S, U);
+  check_float32_like_x(out, x, "out");
+  if (out.shape() != shape) {
+    detail::fail<shape_error>(kOp, "out", "shape " + shape_to_string(shape), detail::describe_shape(out));
+  }
+  check_bias(epilogue, x, U.cols());
+  check_epilogue(epilogue);
+  const detail::RowMatrix rows = detail::as_row_matrix(out);
+  if (!rows.row_stride || (rows.cols > 1 && rows.col_stride != 1) || (rows.rows > 1 && *rows.row_stride < rows.cols)) {
+    detail::fail<shape_error>(kOp, "out", "unit column stride and rows that collapse into one row stride",
+                              "strides " + shape_to_string(out.strides()));
+  }
+  if (detail::overlaps(out, x) || (epilogue.bias && detail::overlaps(out, *epilogue.bias))) {
+    detail::fail<shape_error>(kOp, "out", "no overlap with x or bias", "overlapping memory");
+  }
+  detail::check_addressable(kOp, "x", x);
+  const detail::Backend* backend = detail::backend_for(x.device().type);
+  const detail::Int8MatmulProblem problem{x,        S,         U,         out,      epilogue,
+                                          rows.rows, S.rows(), S.cols(), U.cols(), rows.row_stride.value_or(0)};
+  backend->int8_sketched_matmul(problem);
+}
+
+std::string int8_gemm_isa() { return detail::int8_isa_name(detail::active_int8_isa()); }
+
+void set_int8_gemm_isa(const std::string& name) {
+  const detail::Int8Isa isa = parse_isa(name);
+  if (!detail::int8_isa_supported(isa)) {
+    detail::fail<std::invalid_argument>("set_int8_gemm_isa", "name", "a family this CPU runs",
+                                        "'" + name + "' (not supported here)");
+  }
+  detail::set_active_int8_isa(isa);
+}
+
+bool int8_gemm_isa_supported(const std::string& name) { return detail::int8_isa_supported(parse_isa(name)); }
+
+double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations) {
+  const detail::Int8Isa isa = parse_isa(name);
+  if (!detail::int8_isa_supported(isa)) {
+    detail::fail<std::invalid_argument>("int8_peak_macs_per_second", "name", "a family this CPU runs",
+                                        "'" + name + "' (not supported here)");
+  }
+#if SKETCHCORE_INT8_X86
+  if (isa == detail::Int8Isa::avx512_vnni) return detail::int8_peak_avx512_vnni(iterations);
+  if (isa == detail::Int8Isa::avx_vnni) return detail::int8_peak_avx_vnni(iterations);
+#endif
+  (void)iterations;
+  return 0.0;
+}
+
+}  // namespace sketchcore
