@@ -44,6 +44,8 @@ MODULES = [
     "sketchcore.torch.parallel",
     "sketchcore.torch._tp_styles",
     "sketchcore.torch._tp_comm",
+    "sketchcore.torch._int8",
+    "sketchcore.torch._quantize",
     "sketchcore.jax",
     "sketchcore.tuner",
     "sketchcore.tuner._configs",
