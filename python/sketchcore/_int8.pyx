@@ -198,9 +198,9 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     """The sketched GEMM with int8 factors and dynamically quantized activations.
 
     Computes ``act(deq(q8(σ(deq(q8(x) @ S.q))) @ U.q) + bias)``, where ``q8`` quantizes each
-    row symmetrically (row scale ``max|row| / 127``, values rounded half to even and clipped to
-    [-127, 127]; an all-zero row gives zeros), the products accumulate exactly in int32, and
-    ``deq`` multiplies by the row scale times the factor's column scale. σ is
+    row symmetrically (row scale ``max|row| / 127``, values ``row * (127 / max|row|)`` in float32
+    rounded half to even and clipped to [-127, 127]; an all-zero row gives zeros), the products
+    accumulate exactly in int32, and ``deq`` multiplies by the row scale times the factor's column scale. σ is
     ``inner_activation``. The int8 kernels are AVX-512 VNNI, AVX-VNNI or AVX2 ones, the best
     this CPU has (``SKETCHCORE_INT8_ISA`` caps the choice).
 

@@ -25,12 +25,13 @@ def isa(request):
 
 
 def q8_rows(x):
-    """Per-row symmetric quantization in float32, as documented: (q as int64, row scales)."""
+    """Per-row symmetric quantization in float32, as documented (q = rint(x · (127/max|x|))):
+    (q as int64, row scales max|x|/127)."""
     x = np.asarray(x, np.float32)
     max_abs = np.abs(x).max(axis=-1) if x.shape[-1] else np.zeros(x.shape[0], np.float32)
     scale = (max_abs / np.float32(127)).astype(np.float32)
-    safe = np.where(scale == 0, np.float32(1), scale)
-    q = np.clip(np.rint(x / safe[:, None]), -127, 127).astype(np.int64)
+    inverse = np.float32(127) / np.where(max_abs == 0, np.float32(1), max_abs)
+    q = np.clip(np.rint(x * inverse[:, None]), -127, 127).astype(np.int64)
     return q, scale
 
 

@@ -2,7 +2,8 @@
 // quantization of activations, the portable kernel, and the tiling over the workers.
 //
 // Tiles are (up to kTileRows rows) × (one 64-column panel), row blocks outermost, so a worker's
-// contiguous chunk of tiles walks every panel of a row block while those rows stay in L1/L2;
+// contiguous chunk of tiles walks every panel of a row block while those rows stay in L2; the
+// inner dimension is blocked so that the panel's block stays in L1 (int32 sums kept per tile);
 // a decode call (a few rows) splits the panels between the workers, each streaming its part of
 // the packed factor once.
 #include "cpu/int8_gemm.hpp"
@@ -16,6 +17,7 @@
 #include <string_view>
 
 #include "cpu/epilogue_kernels.hpp"
+#include "cpu/target_clones.hpp"
 #include "detail/parallel.hpp"
 
 namespace sketchcore::detail {
@@ -23,6 +25,9 @@ namespace sketchcore::detail {
 namespace {
 
 constexpr std::int64_t kTileRows = 48;
+/// Four-row groups per block of the inner dimension: 16 KiB of a panel, which stays in L1 with
+/// the tile's 48 rows of 256 activations.
+constexpr std::int64_t kBlockGroups = 64;
 /// Multiply-adds below which a chunk is not worth waking a worker for.
 constexpr std::int64_t kMinParallelMacs = std::int64_t{1} << 18;
 
@@ -61,7 +66,7 @@ Int8TileKernel kernel_of(Int8Isa isa) noexcept {
 
 /// Quantizes one row; returns its scale (NaN for a row with a non-finite value).
 float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, std::int64_t padded, bool offset,
-                   std::uint8_t* dst, float scale_factor) {
+                   std::uint8_t* dst) {
   float max_abs = 0.0f;
   bool finite = true;  // std::max drops NaNs, so they are looked for separately
   for (std::int64_t j = 0; j < cols; ++j) {
@@ -69,21 +74,37 @@ float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, s
     max_abs = std::max(max_abs, a);
     finite &= a <= std::numeric_limits<float>::max();
   }
-  if (!finite) max_abs = std::numeric_limits<float>::infinity();
   const std::uint8_t zero = offset ? 128 : 0;
-  const auto bias = static_cast<std::int32_t>(zero);
-  if (!std::isfinite(max_abs) || max_abs == 0.0f) {
+  if (!finite || max_abs == 0.0f) {
     std::memset(dst, zero, static_cast<std::size_t>(padded));
-    return max_abs == 0.0f ? 0.0f : std::nanf("");
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
-  const float scale = max_abs / 127.0f;
+  const float inverse = 127.0f / max_abs;  // a product per value, not a division
+  // 1.5 · 2^23 added and taken away rounds a |value| ≤ 127 to an integer, half to even, in the
+  // default rounding mode (std::nearbyint is a libm call that saves the floating-point state).
+  constexpr float kRound = 12582912.0f;
   for (std::int64_t j = 0; j < cols; ++j) {
-    // nearbyint rounds half to even in the default rounding mode, as NumPy's rint does.
-    const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[j * col_stride] / scale)));
-    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + bias);
+    const float clamped = std::min(127.0f, std::max(-127.0f, x[j * col_stride] * inverse));
+    const float q = (clamped + kRound) - kRound;
+    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + zero);
   }
   std::memset(dst + cols, zero, static_cast<std::size_t>(padded - cols));
-  return scale * scale_factor;
+  return max_abs / 127.0f;
+}
+
+/// C[i][j] = float(acc[i][j] − offsets[j]) · (row_scale[i] · col_scale[j]) for i < rows, j < cols
+/// (offsets null: none), vectorised by the compiler for each instruction set.
+SKETCHCORE_CLONES void dequantize(const std::int32_t* acc, std::int64_t rows, std::int64_t cols,
+                                  const std::int32_t* offsets, const float* row_scale, const float* col_scale, float* c,
+                                  std::int64_t ldc) {
+  static constexpr std::int32_t kNoOffsets[kInt8PanelCols] = {};
+  if (!offsets) offsets = kNoOffsets;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int32_t* sums = acc + i * kInt8PanelCols;
+    float* row = c + i * ldc;
+    const float rs = row_scale[i];
+    for (std::int64_t j = 0; j < cols; ++j) row[j] = static_cast<float>(sums[j] - offsets[j]) * (rs * col_scale[j]);
+  }
 }
 
 }  // namespace
@@ -117,30 +138,38 @@ Int8Isa active_int8_isa() noexcept { return active().load(std::memory_order_rela
 void set_active_int8_isa(Int8Isa isa) noexcept { active().store(isa, std::memory_order_relaxed); }
 
 void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* /*offsets*/,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                        const std::int8_t* panel, std::int32_t* acc, bool first) {
   for (std::int64_t i = 0; i < rows; ++i) {
     const auto* ai = reinterpret_cast<const std::int8_t*>(a + i * lda);  // signed activations
-    for (std::int64_t j = 0; j < cols; ++j) {
-      std::int32_t sum = 0;
+    std::int32_t* row = acc + i * kInt8PanelCols;
+    for (std::int64_t j = 0; j < kInt8PanelCols; ++j) {
+      std::int32_t sum = first ? 0 : row[j];
       for (std::int64_t g = 0; g < groups; ++g) {
         const std::int8_t* b = panel + g * kInt8GroupBytes + 4 * j;
         for (int t = 0; t < 4; ++t) sum += std::int32_t{ai[4 * g + t]} * std::int32_t{b[t]};
       }
-      c[i * ldc + j] = static_cast<float>(sum) * (row_scale[i] * col_scale[j]);
+      row[j] = sum;
     }
   }
 }
 
 void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
-                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
                         float* scale, float scale_factor) {
+  const bool offset = int8_isa_offsets_activations(isa);
+  const bool vector = isa == Int8Isa::avx512_vnni && (col_stride == 1 || cols <= 1);
   const std::int64_t padded = 4 * ((cols + 3) / 4);
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
   parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = r0; i < r1; ++i) {
       const float* row = x + (row_offsets ? row_offsets[i] : i * row_stride);
-      scale[i] = quantize_row(row, col_stride, cols, padded, offset, dst + i * padded, scale_factor);
+#if SKETCHCORE_INT8_X86
+      const float s = vector ? quantize_row_avx512(row, cols, padded, offset, dst + i * padded)
+                             : quantize_row(row, col_stride, cols, padded, offset, dst + i * padded);
+#else
+      const float s = quantize_row(row, col_stride, cols, padded, offset, dst + i * padded);
+#endif
+      scale[i] = s * scale_factor;
     }
   });
 }
@@ -155,13 +184,21 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
       std::min(rows, kTileRows) * kInt8PanelCols * std::max<std::int64_t>(4 * b.groups, 1);
   const std::int64_t grain = std::max<std::int64_t>(1, kMinParallelMacs / macs_per_tile);
   parallel_for(tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
+    alignas(64) std::int32_t acc[kTileRows * kInt8PanelCols];
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t r0 = (t / b.panels) * kTileRows, p = t % b.panels;
       const std::int64_t nr = std::min(kTileRows, rows - r0);
       const std::int64_t j0 = p * kInt8PanelCols, nc = std::min(kInt8PanelCols, b.cols - j0);
+      const std::int8_t* panel = b.values + p * b.groups * kInt8GroupBytes;
+      if (b.groups == 0) std::fill(acc, acc + nr * kInt8PanelCols, 0);
+      // Blocks of kBlockGroups groups: the block of the panel stays in L1 while every row of the
+      // tile passes over it.
+      for (std::int64_t g0 = 0; g0 < b.groups; g0 += kBlockGroups) {
+        kernel(nr, std::min(kBlockGroups, b.groups - g0), a.data + r0 * a.stride + 4 * g0, a.stride,
+               panel + g0 * kInt8GroupBytes, acc, g0 == 0);
+      }
       float* tile = c + r0 * ldc + j0;
-      kernel(nr, b.groups, a.data + r0 * a.stride, a.stride, a.scale + r0, b.values + p * b.groups * kInt8GroupBytes,
-             b.column_offsets + j0, b.scales + j0, tile, ldc, nc);
+      dequantize(acc, nr, nc, a.offset ? b.column_offsets + j0 : nullptr, a.scale + r0, b.scales + j0, tile, ldc);
       if (act != Activation::none || bias) {
         for (std::int64_t i = 0; i < nr; ++i) activation_forward_f32(act, tile + i * ldc, bias ? bias + j0 : nullptr, nc);
       }

@@ -51,12 +51,11 @@ struct Int8Rows {
   bool offset;
 };
 
-/// One family's register kernel: C[i][j] = float(Σ_g a_i·b − offset_j) · (row_scale[i] ·
-/// col_scale[j]) for i < rows (any count), j < cols (≤ 64), over the `groups` four-row groups
-/// of one packed panel; C rows at c + i·ldc.
+/// One family's register kernel: acc[i][j] (+)= Σ_g a_i · b_j over the `groups` four-row groups
+/// of one packed panel, for i < rows (any count) and all 64 columns j; acc rows are 64 int32
+/// apart, 64-byte aligned; `first` starts the sums at zero instead of reading acc.
 using Int8TileKernel = void (*)(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                                const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+                                const std::int8_t* panel, std::int32_t* acc, bool first);
 
 /// Whether a family is compiled in and this CPU runs it; its name; the active one.
 bool int8_isa_supported(Int8Isa isa) noexcept;
@@ -70,19 +69,17 @@ inline bool int8_isa_offsets_activations(Int8Isa isa) noexcept {
 
 /// The tile kernels of each family.
 void int8_tile_portable(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+                    const std::int8_t* panel, std::int32_t* acc, bool first);
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SKETCHCORE_INT8_X86 1
 void int8_tile_avx2(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                    const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                    const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+                    const std::int8_t* panel, std::int32_t* acc, bool first);
 void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+                    const std::int8_t* panel, std::int32_t* acc, bool first);
 void int8_tile_avx512_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                           const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                           const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols);
+                    const std::int8_t* panel, std::int32_t* acc, bool first);
+/// Quantizes one contiguous row as quantize_rows_int8 does (AVX-512); returns its scale.
+float quantize_row_avx512(const float* x, std::int64_t cols, std::int64_t padded, bool offset, std::uint8_t* dst);
 /// The peak loops (int8 multiply-adds per second on the calling thread).
 double int8_peak_avx512_vnni(std::int64_t iterations);
 double int8_peak_avx_vnni(std::int64_t iterations);
@@ -90,11 +87,13 @@ double int8_peak_avx_vnni(std::int64_t iterations);
 #define SKETCHCORE_INT8_X86 0
 #endif
 
-/// Quantizes `rows` rows of float32 (row i at x + row_offset(i), `col_stride` apart, `cols`
+/// Quantizes `rows` rows of float32: row scale s = max|x|/127, q = clip(round_half_even(x · (127/max|x|)),
+/// ±127) in float32 (0 for an all-zero row, a NaN scale for a row with a non-finite value); (row i at x + row_offset(i), `col_stride` apart, `cols`
 /// values) into `dst` (stride 4·⌈cols/4⌉ bytes, padding zero) and row scales, on the workers.
 /// row_offsets null means row i at x + i·row_stride.
+/// `isa` picks the vector code (the results are the same bits for every family).
 void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
-                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, bool offset, std::uint8_t* dst,
+                        std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
                         float* scale, float scale_factor = 1.0f);
 
 /// C (rows × b.cols, row stride ldc) = act(deq(a · b) + bias) with the family `isa`, tiled

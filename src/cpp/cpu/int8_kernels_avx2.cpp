@@ -21,93 +21,90 @@ namespace sketchcore::detail {
 
 namespace {
 
-/// The lanes of the first `count` of 8 as a load/store mask.
-SKETCHCORE_AVX2_INT8_TARGET inline __m256i lanes(std::int64_t count) {
-  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count < 0 ? 0 : count > 8 ? 8 : count)), index);
+/// sum + Σ of the four u8 × s8 products of each lane (asm with the sum tied to the result: GCC 12
+/// moves the intrinsic's sums around every instruction; see cpu/int8_kernels_avx512.cpp).
+SKETCHCORE_AVXVNNI_TARGET inline __m256i dot(__m256i sum, __m256i a, __m256i b) {
+  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(sum) : "x"(a), "x"(b));
+  return sum;
 }
 
-/// Writes float(sum − offset) · row_scale · col_scale for `R` rows and the columns [0, cols) of
-/// a 32-column half (cols ≤ 32); `offsets` null for signed activations.
+/// Loads (or zeroes, for the first block) the sums of R rows of a 32-column half.
 template <int R>
-SKETCHCORE_AVX2_INT8_TARGET inline void store_half(const __m256i (&sum)[R][4], const float* row_scale,
-                                                   const std::int32_t* offsets, const float* col_scale, float* c,
-                                                   std::int64_t ldc, std::int64_t cols) {
-  for (int v = 0; v < 4 && 8 * v < cols; ++v) {
-    const __m256i mask = lanes(cols - 8 * v);
-    const __m256 cs = _mm256_loadu_ps(col_scale + 8 * v);
-    const __m256i off = offsets ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 8 * v))
-                                : _mm256_setzero_si256();
-    for (int i = 0; i < R; ++i) {
-      const __m256 value = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[i][v], off));
-      _mm256_maskstore_ps(c + i * ldc + 8 * v, mask, _mm256_mul_ps(value, _mm256_mul_ps(_mm256_set1_ps(row_scale[i]), cs)));
+SKETCHCORE_AVX2_INT8_TARGET inline void load_sums(__m256i (&sum)[R][4], const std::int32_t* acc, bool first) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      sum[i][v] = first ? _mm256_setzero_si256()
+                        : _mm256_load_si256(reinterpret_cast<const __m256i*>(acc + i * kInt8PanelCols + 8 * v));
     }
+  }
+}
+
+template <int R>
+SKETCHCORE_AVX2_INT8_TARGET inline void store_sums(const __m256i (&sum)[R][4], std::int32_t* acc) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(acc + i * kInt8PanelCols + 8 * v), sum[i][v]);
   }
 }
 
 template <int R>
 SKETCHCORE_AVXVNNI_TARGET void half_vnni(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                         const float* row_scale, const std::int8_t* panel,
-                                         const std::int32_t* offsets, const float* col_scale, float* c,
-                                         std::int64_t ldc, std::int64_t cols) {
+                                         const std::int8_t* panel, std::int32_t* acc, bool first) {
   __m256i sum[R][4];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < 4; ++v) sum[i][v] = _mm256_setzero_si256();
-  }
+  load_sums<R>(sum, acc, first);
   for (std::int64_t g = 0; g < groups; ++g) {
     const auto* b = reinterpret_cast<const __m256i*>(panel + g * kInt8GroupBytes);
     const __m256i b0 = _mm256_load_si256(b), b1 = _mm256_load_si256(b + 1);
     const __m256i b2 = _mm256_load_si256(b + 2), b3 = _mm256_load_si256(b + 3);
+#pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       std::int32_t quad;
       std::memcpy(&quad, a + i * lda + 4 * g, sizeof quad);
       const __m256i ai = _mm256_set1_epi32(quad);
-      sum[i][0] = _mm256_dpbusd_avx_epi32(sum[i][0], ai, b0);
-      sum[i][1] = _mm256_dpbusd_avx_epi32(sum[i][1], ai, b1);
-      sum[i][2] = _mm256_dpbusd_avx_epi32(sum[i][2], ai, b2);
-      sum[i][3] = _mm256_dpbusd_avx_epi32(sum[i][3], ai, b3);
+      sum[i][0] = dot(sum[i][0], ai, b0);
+      sum[i][1] = dot(sum[i][1], ai, b1);
+      sum[i][2] = dot(sum[i][2], ai, b2);
+      sum[i][3] = dot(sum[i][3], ai, b3);
     }
   }
-  store_half<R>(sum, row_scale, offsets, col_scale, c, ldc, cols);
+  store_sums<R>(sum, acc);
 }
 
 template <int R>
 SKETCHCORE_AVX2_INT8_TARGET void half_avx2(std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                                           const float* row_scale, const std::int8_t* panel,
-                                           const std::int32_t* /*offsets*/, const float* col_scale, float* c,
-                                           std::int64_t ldc, std::int64_t cols) {
+                                           const std::int8_t* panel, std::int32_t* acc, bool first) {
   __m256i sum[R][4];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < 4; ++v) sum[i][v] = _mm256_setzero_si256();
-  }
+  load_sums<R>(sum, acc, first);
   const __m256i ones = _mm256_set1_epi16(1);
   for (std::int64_t g = 0; g < groups; ++g) {
     const auto* b = reinterpret_cast<const __m256i*>(panel + g * kInt8GroupBytes);
+#pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       std::int32_t quad;
       std::memcpy(&quad, a + i * lda + 4 * g, sizeof quad);
       const __m256i ai = _mm256_set1_epi32(quad), magnitude = _mm256_abs_epi8(ai);
+#pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
         const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(_mm256_load_si256(b + v), ai));
         sum[i][v] = _mm256_add_epi32(sum[i][v], _mm256_madd_epi16(pairs, ones));
       }
     }
   }
-  store_half<R>(sum, row_scale, nullptr, col_scale, c, ldc, cols);
+  store_sums<R>(sum, acc);
 }
 
-using HalfKernel = void (*)(std::int64_t, const std::uint8_t*, std::int64_t, const float*, const std::int8_t*,
-                            const std::int32_t*, const float*, float*, std::int64_t, std::int64_t);
+using HalfKernel = void (*)(std::int64_t, const std::uint8_t*, std::int64_t, const std::int8_t*, std::int32_t*, bool);
 
 /// Runs kernels[r − 1] over row blocks of up to `max_rows` and both halves of the panel.
 void run_tile(const HalfKernel* kernels, std::int64_t max_rows, std::int64_t rows, std::int64_t groups,
-              const std::uint8_t* a, std::int64_t lda, const float* row_scale, const std::int8_t* panel,
-              const std::int32_t* offsets, const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+              const std::uint8_t* a, std::int64_t lda, const std::int8_t* panel, std::int32_t* acc, bool first) {
   for (std::int64_t i = 0; i < rows; i += max_rows) {
     const std::int64_t r = rows - i < max_rows ? rows - i : max_rows;
-    for (std::int64_t h = 0; h < 2 && 32 * h < cols; ++h) {
-      kernels[r - 1](groups, a + i * lda, lda, row_scale + i, panel + 32 * 4 * h, offsets + 32 * h,
-                     col_scale + 32 * h, c + i * ldc + 32 * h, ldc, cols - 32 * h < 32 ? cols - 32 * h : 32);
+    for (std::int64_t h = 0; h < 2; ++h) {
+      kernels[r - 1](groups, a + i * lda, lda, panel + 32 * 4 * h, acc + i * kInt8PanelCols + 32 * h, first);
     }
   }
 }
@@ -115,32 +112,42 @@ void run_tile(const HalfKernel* kernels, std::int64_t max_rows, std::int64_t row
 }  // namespace
 
 void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                        const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                        const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                        const std::int8_t* panel, std::int32_t* acc, bool first) {
   static const HalfKernel kernels[] = {half_vnni<1>, half_vnni<2>, half_vnni<3>};
-  run_tile(kernels, 3, rows, groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols);
+  run_tile(kernels, 3, rows, groups, a, lda, panel, acc, first);
 }
 
 void int8_tile_avx2(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
-                    const float* row_scale, const std::int8_t* panel, const std::int32_t* offsets,
-                    const float* col_scale, float* c, std::int64_t ldc, std::int64_t cols) {
+                    const std::int8_t* panel, std::int32_t* acc, bool first) {
   static const HalfKernel kernels[] = {half_avx2<1>, half_avx2<2>};
-  run_tile(kernels, 2, rows, groups, a, lda, row_scale, panel, offsets, col_scale, c, ldc, cols);
+  run_tile(kernels, 2, rows, groups, a, lda, panel, acc, first);
 }
 
 SKETCHCORE_AVXVNNI_TARGET double int8_peak_avx_vnni(std::int64_t iterations) {
-  __m256i sum[12];
-  for (int v = 0; v < 12; ++v) sum[v] = _mm256_set1_epi32(v);
+  __m256i s0 = _mm256_set1_epi32(0), s1 = _mm256_set1_epi32(1), s2 = _mm256_set1_epi32(2), s3 = _mm256_set1_epi32(3), s4 = _mm256_set1_epi32(4), s5 = _mm256_set1_epi32(5), s6 = _mm256_set1_epi32(6), s7 = _mm256_set1_epi32(7), s8 = _mm256_set1_epi32(8), s9 = _mm256_set1_epi32(9), s10 = _mm256_set1_epi32(10), s11 = _mm256_set1_epi32(11);
   const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(-1);
   const auto start = std::chrono::steady_clock::now();
   for (std::int64_t it = 0; it < iterations; ++it) {
-    for (int v = 0; v < 12; ++v) sum[v] = _mm256_dpbusd_avx_epi32(sum[v], a, b);
-    __asm__ volatile("" : "+x"(sum[0]), "+x"(sum[1]), "+x"(sum[2]), "+x"(sum[3]), "+x"(sum[4]), "+x"(sum[5]),
-                     "+x"(sum[6]), "+x"(sum[7]), "+x"(sum[8]), "+x"(sum[9]), "+x"(sum[10]), "+x"(sum[11]));
+    __asm__ volatile(
+        "%{vex%} vpdpbusd %13, %12, %0\n\t"
+        "%{vex%} vpdpbusd %13, %12, %1\n\t"
+        "%{vex%} vpdpbusd %13, %12, %2\n\t"
+        "%{vex%} vpdpbusd %13, %12, %3\n\t"
+        "%{vex%} vpdpbusd %13, %12, %4\n\t"
+        "%{vex%} vpdpbusd %13, %12, %5\n\t"
+        "%{vex%} vpdpbusd %13, %12, %6\n\t"
+        "%{vex%} vpdpbusd %13, %12, %7\n\t"
+        "%{vex%} vpdpbusd %13, %12, %8\n\t"
+        "%{vex%} vpdpbusd %13, %12, %9\n\t"
+        "%{vex%} vpdpbusd %13, %12, %10\n\t"
+        "%{vex%} vpdpbusd %13, %12, %11\n\t"
+        : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3), "+x"(s4), "+x"(s5), "+x"(s6), "+x"(s7), "+x"(s8), "+x"(s9), "+x"(s10), "+x"(s11)
+        : "x"(a), "x"(b));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  __m256i total = sum[0];
-  for (int v = 1; v < 12; ++v) total = _mm256_add_epi32(total, sum[v]);
+  const __m256i parts[] = {s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11};
+  __m256i total = _mm256_setzero_si256();
+  for (const __m256i& part : parts) total = _mm256_add_epi32(total, part);
   std::int32_t sink[8];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(sink), total);
   __asm__ volatile("" : : "r"(sink) : "memory");

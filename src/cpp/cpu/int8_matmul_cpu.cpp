@@ -1,7 +1,7 @@
 // The int8 sketched GEMM on the CPU (cpu/cpu_ops.hpp): x's rows quantized per row, the first
 // int8 product dequantized into the float32 intermediate with σ applied per tile, its rows
 // requantized, the second product dequantized with bias and activation straight into `out`.
-// The intermediate (rows × rank floats) and the quantized rows are the only temporaries.
+// The intermediate (rows × rank floats) and the quantized rows are the only temporaries (pooled).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "cpu/cpu_ops.hpp"
 #include "cpu/int8_gemm.hpp"
 #include "detail/layout.hpp"
+#include "detail/scratch.hpp"
 
 namespace sketchcore::detail {
 
@@ -65,21 +66,21 @@ void cpu_int8_sketched_matmul(const Int8MatmulProblem& p) {
   std::vector<std::int64_t> offsets;
   if (!xm.row_stride && p.rows > 1) offsets = row_offsets(p.x, p.rows);
   const std::int64_t x_stride = 4 * S.groups;
-  std::vector<std::uint8_t> xq(static_cast<std::size_t>(std::max<std::int64_t>(p.rows * x_stride, 1)));
-  std::vector<float> x_scale(static_cast<std::size_t>(p.rows));
+  Scratch<std::uint8_t> xq(p.rows * x_stride);  // pooled and uninitialised: every byte is written
+  Scratch<float> x_scale(p.rows);
   quantize_rows_int8(static_cast<const float*>(p.x.data()), offsets.empty() ? nullptr : offsets.data(),
-                     xm.row_stride.value_or(0), xm.col_stride, p.rows, p.d_in, offset, xq.data(), x_scale.data());
+                     xm.row_stride.value_or(0), xm.col_stride, p.rows, p.d_in, isa, xq.data(), x_scale.data());
 
   // Z = σ(deq(xq · S)), rows × rank.
-  std::vector<float> z(static_cast<std::size_t>(std::max<std::int64_t>(p.rows * p.rank, 1)));
+  Scratch<float> z(p.rows * p.rank);
   int8_gemm({xq.data(), x_stride, x_scale.data(), offset}, p.rows, S, z.data(), p.rank, nullptr,
             p.epilogue.inner_activation, isa);
 
   // Z → int8 rows, the epilogue's scale folded into the row scales; out = act(deq(zq · U) + bias).
   const std::int64_t z_stride = 4 * U.groups;
-  std::vector<std::uint8_t> zq(static_cast<std::size_t>(std::max<std::int64_t>(p.rows * z_stride, 1)));
-  std::vector<float> z_scale(static_cast<std::size_t>(p.rows));
-  quantize_rows_int8(z.data(), nullptr, p.rank, 1, p.rows, p.rank, offset, zq.data(), z_scale.data(),
+  Scratch<std::uint8_t> zq(p.rows * z_stride);
+  Scratch<float> z_scale(p.rows);
+  quantize_rows_int8(z.data(), nullptr, p.rank, 1, p.rows, p.rank, isa, zq.data(), z_scale.data(),
                      static_cast<float>(p.epilogue.scale));
   int8_gemm({zq.data(), z_stride, z_scale.data(), offset}, p.rows, U, out, p.out_row_stride, bias,
             p.epilogue.activation, isa);

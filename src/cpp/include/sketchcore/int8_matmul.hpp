@@ -66,7 +66,8 @@ SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const
                                                                            const Int8Factor& U);
 
 /// Computes, for every row x_i of x (float32, any strides):
-///   a = q8(x_i) (row scale s_x = max|x_i|/127, q = clip(round_half_even(x_i / s_x), ±127)),
+///   a = q8(x_i) (row scale s_x = max|x_i|/127, q = clip(round_half_even(x_i · (127/max|x_i|)), ±127),
+///   in float32),
 ///   z = σ(s_x · (a·S_q) ⊙ S.scale)        (int32 sums, then float32; σ = inner_activation)
 ///   b = q8(z), y_i = act(epilogue.scale · s_z · (b·U_q) ⊙ U.scale + bias)
 /// An all-zero row quantizes to zeros; a row with a non-finite value gives a NaN row.

@@ -1,0 +1,210 @@
+"""The int8 sketched GEMM against its peers and the machine's int8 peak (issue 49).
+
+    python bench/int8_gemm.py [--rounds 15] [--threads N] [--json PATH] [--quick]
+
+For each shape (rows × d_in → rank → d_out; decode: 1 and 8 rows, prefill: 512 rows) and on the
+same data, times, round by round and interleaved:
+  - ``int8``: ``sketchcore.int8_sketched_matmul(x, S, U)`` (int8 factors, x and the intermediate
+    quantized per row);
+  - ``f32``: ``sketchcore.sketched_matmul(x, S_f, U_f)`` on the dequantized float32 factors;
+  - ``torch_dyn``: the pair of ``nn.Linear`` of the same factors after
+    ``torch.ao.quantization.quantize_dynamic(..., dtype=torch.qint8)`` (fbgemm), on a torch x.
+Each time is the median of a round's calls; the table gives the median, min and max over rounds,
+the ratios torch_dyn/int8 and f32/int8 per round (median [min, max]), and the int8 call's
+multiply-adds per second as a fraction of the peak: wall clock on all threads, and per second of
+thread CPU time on one thread (what the kernels achieve while they run, whatever the load).
+
+The peak: ``sketchcore._int8.int8_peak_macs_per_second`` runs VPDPBUSD on 24 independent
+accumulators held in registers (no loads) on one thread; the machine's peak is that loop run on
+every thread at once (Python threads; the loop releases the GIL), summed, median of 5 runs.
+Results go to stdout as Markdown (and JSON with --json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+
+import numpy as np
+import torch
+
+import sketchcore
+from sketchcore import _int8
+
+SHAPES = [  # (rows, d_in, rank, d_out)
+    (1, 1024, 256, 1024),
+    (8, 1024, 256, 1024),
+    (1, 4096, 1024, 4096),
+    (8, 4096, 1024, 4096),
+    (512, 1024, 256, 1024),
+    (512, 4096, 1024, 4096),
+]
+
+
+def cpu_time_peak(isa: str, iterations: int = 20_000_000) -> float:
+    """The register loop's multiply-adds per second of the calling thread's CPU time (robust to
+    other processes taking the core: time.thread_time does not count while it is descheduled)."""
+    start = time.thread_time()
+    _int8.int8_peak_macs_per_second(isa, iterations)
+    return iterations * 24 * 64 / (time.thread_time() - start)
+
+
+def cpu_time_rate(call, macs: int, seconds: float = 0.5) -> float:
+    """Multiply-adds per second of thread CPU time of `call` on one sketchcore thread."""
+    threads = sketchcore.get_num_threads()
+    sketchcore.set_num_threads(1)
+    try:
+        call()
+        start, calls = time.thread_time(), 0
+        while time.thread_time() - start < seconds:
+            call()
+            calls += 1
+        return macs * calls / (time.thread_time() - start)
+    finally:
+        sketchcore.set_num_threads(threads)
+
+
+def peak_macs(isa: str, threads: int, iterations: int = 20_000_000) -> tuple[float, float]:
+    """(one thread, all threads together) int8 multiply-adds per second of the register loop."""
+    single = statistics.median(_int8.int8_peak_macs_per_second(isa, iterations) for _ in range(5))
+    totals = []
+    for _ in range(5):
+        results = [0.0] * threads
+
+        def run(i: int) -> None:
+            results[i] = _int8.int8_peak_macs_per_second(isa, iterations)
+
+        workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        totals.append(sum(results))
+    return single, statistics.median(totals)
+
+
+def timed(call, repeats: int) -> float:
+    """Median seconds of `repeats` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: np.random.Generator) -> dict:
+    x = rng.standard_normal((rows, d_in)).astype(np.float32)
+    s_w = (rng.standard_normal((d_in, rank)) / np.sqrt(d_in)).astype(np.float32)
+    u_w = (rng.standard_normal((rank, d_out)) / np.sqrt(rank)).astype(np.float32)
+    S, U = sketchcore.Int8Factor(*sketchcore.quantize_int8(s_w)), sketchcore.Int8Factor(*sketchcore.quantize_int8(u_w))
+    s_f, u_f = (S.q * S.scale).astype(np.float32), (U.q * U.scale).astype(np.float32)  # the same values in float32
+    pair = torch.nn.Sequential(torch.nn.Linear(d_in, rank, bias=False), torch.nn.Linear(rank, d_out, bias=False))
+    with torch.no_grad():
+        pair[0].weight.copy_(torch.from_numpy(s_f.T))
+        pair[1].weight.copy_(torch.from_numpy(u_f.T))
+    dynamic = torch.ao.quantization.quantize_dynamic(pair, {torch.nn.Linear}, dtype=torch.qint8)
+    xt = torch.from_numpy(x)
+    calls = {
+        "int8": lambda: sketchcore.int8_sketched_matmul(x, S, U),
+        "f32": lambda: sketchcore.sketched_matmul(x, s_f, u_f),
+        "torch_dyn": lambda: dynamic(xt),
+    }
+    macs = rows * (d_in * rank + rank * d_out)
+    repeats = max(3, min(200, int(2e9 / max(macs, 1) / 50)))
+    with torch.inference_mode():
+        for call in calls.values():  # warm-up: packing, threads, caches
+            timed(call, 3)
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                times[name].append(timed(call, repeats))
+        reference = (x.astype(np.float64) @ s_w) @ u_w
+        errors = {name: float(np.linalg.norm(np.asarray(call()) - reference) / np.linalg.norm(reference))
+                  for name, call in calls.items()}
+    one_thread = statistics.median(cpu_time_rate(calls["int8"], macs) for _ in range(3))
+    ratios = {f"{peer}/int8": summary([p / i for p, i in zip(times[peer], times["int8"])]) for peer in ("torch_dyn", "f32")}
+    return {"rows": rows, "d_in": d_in, "rank": rank, "d_out": d_out, "macs": macs, "repeats": repeats,
+            "seconds": {name: summary(v) for name, v in times.items()}, "ratios": ratios,
+            "int8_macs_per_second": macs / statistics.median(times["int8"]),
+            "int8_macs_per_cpu_second_one_thread": one_thread,
+            "relative_error_vs_float64_unquantized": errors}
+
+
+def markdown(report: dict) -> str:
+    peak = report["peak"]
+    lines = [
+        f"# int8 sketched GEMM, {report['machine']}",
+        "",
+        f"int8 kernels: `{report['isa']}`; threads: {report['threads']} (sketchcore and torch); "
+        f"load average at start: {report['load_average']}; rounds: {report['rounds']}.",
+        f"Peak (VPDPBUSD register loop, `{peak['isa']}`): {peak['one_thread'] / 1e9:.1f} G int8 MAC/s on one thread, "
+        f"{peak['all_threads'] / 1e9:.1f} G MAC/s on {report['threads']} threads together "
+        f"({2 * peak['all_threads'] / 1e9:.0f} GOPS); per second of thread CPU time (not counting time "
+        f"descheduled by other processes): {peak['cpu_time'] / 1e9:.1f} G MAC/s.",
+        "`int8 / peak` = the int8 call's MAC/s (wall clock, all threads) over the all-threads peak; "
+        "`1-thread CPU-time / peak` = its MAC/s per second of CPU time on one thread over the "
+        "CPU-time peak (the load-independent measure of the kernels' efficiency).",
+        "",
+        "| rows | d_in → r → d_out | int8 µs (min–max) | f32 µs | torch dyn-int8 µs | torch_dyn/int8 | f32/int8 | int8 / peak | 1-thread CPU-time / peak | rel. err int8 / torch_dyn |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["results"]:
+        s, q = r["seconds"], r["ratios"]
+
+        def us(name: str) -> str:
+            return f"{s[name]['median'] * 1e6:.1f}"
+
+        lines.append(
+            f"| {r['rows']} | {r['d_in']} → {r['rank']} → {r['d_out']} | {us('int8')} "
+            f"({s['int8']['min'] * 1e6:.1f}–{s['int8']['max'] * 1e6:.1f}) | {us('f32')} | {us('torch_dyn')} | "
+            f"{q['torch_dyn/int8']['median']:.2f} [{q['torch_dyn/int8']['min']:.2f}, {q['torch_dyn/int8']['max']:.2f}] | "
+            f"{q['f32/int8']['median']:.2f} [{q['f32/int8']['min']:.2f}, {q['f32/int8']['max']:.2f}] | "
+            f"{r['int8_macs_per_second'] / peak['all_threads']:.2f} | "
+            f"{r['int8_macs_per_cpu_second_one_thread'] / peak['cpu_time']:.2f} | "
+            f"{r['relative_error_vs_float64_unquantized']['int8']:.4f} / "
+            f"{r['relative_error_vs_float64_unquantized']['torch_dyn']:.4f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    parser.add_argument("--quick", action="store_true", help="the two smallest shapes, 3 rounds (a smoke run)")
+    args = parser.parse_args()
+    sketchcore.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    isa = _int8.int8_gemm_isa()
+    peak_isa = isa if isa in ("avx512_vnni", "avx_vnni") else None
+    one, together = peak_macs(peak_isa, args.threads) if peak_isa else (float("nan"), float("nan"))
+    cpu_peak = statistics.median(cpu_time_peak(peak_isa) for _ in range(5)) if peak_isa else float("nan")
+    rng = np.random.default_rng(0)
+    shapes, rounds = (SHAPES[:2], 3) if args.quick else (SHAPES, args.rounds)
+    report = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "isa": isa, "threads": args.threads, "rounds": rounds,
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine,
+        "peak": {"isa": peak_isa, "one_thread": one, "all_threads": together, "cpu_time": cpu_peak},
+        "results": [bench_shape(*shape, rounds, rng) for shape in shapes],
+    }
+    report["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+    print(markdown(report))
+    print(f"\nload average at the end: {report['load_average_end']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
