@@ -47,12 +47,17 @@ def model_bytes(model: torch.nn.Module) -> int:
     """Bytes a model holds: its parameters and buffers, and the packed int8 weights (and biases) of
     torch's dynamically quantized layers, which are neither."""
     held = {id(t): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]}
+    packed = 0  # unpacked afresh on each call: counted as they come (their ids are reused once freed)
     for module in model.modules():
         if isinstance(module, torch.ao.nn.quantized.dynamic.Linear):
-            for tensor in module._weight_bias():
-                if tensor is not None:
-                    held[id(tensor)] = tensor.numel() * tensor.element_size()
-    return sum(held.values())
+            packed += sum(t.numel() * t.element_size() for t in module._weight_bias() if t is not None)
+    return sum(held.values()) + packed
+
+
+def embedding_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's embedding tables (a decode step reads one row of each per token)."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+               if isinstance(m, torch.nn.Embedding))
 
 
 class PeakMemory:
