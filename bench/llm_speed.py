@@ -16,7 +16,11 @@ as ``LowRankLinear`` and as ``SKLinear`` (one term): what a new user would do. M
   growth plus the model's parameters);
 - a split of the prefill forward, a decode step and a training step between the sketched layers,
   the remaining dense ``nn.Linear`` layers (``lm_head``) and everything else, timed by module hooks
-  (which also count that the sketched layers ran).
+  (which also count that the sketched layers ran);
+- with int8 (the ``int8`` and ``quick`` presets, CPU float32; issue 49): torch's own int8
+  (``quantize_dynamic`` of the dense model), our int8 factors (``quantize_``) with torch's int8
+  on the ``lm_head``, and the same factors as two ``nn.Linear`` each with torch's int8 on
+  everything (bench/int8_models.py); inference only (no training step), and each model's bytes.
 
 Times alternate the models in rounds, so a slow minute falls on every model; a ratio is dense time /
 model time per round; the table gives the median and [min, max] over rounds.
@@ -24,6 +28,7 @@ model time per round; the table gives the median and [min, max] over rounds.
     python bench/llm_speed.py                       # GPU preset on a GPU (bf16, hidden 2048, 8 layers), else CPU
     python bench/llm_speed.py --preset cpu          # float32, hidden 1024, 4 layers, sketchcore's threads
     python bench/llm_speed.py --preset quick        # seconds: what CI runs (tests/bench/test_llm_speed_script.py)
+    python bench/llm_speed.py --preset int8         # issue 49's model: int8 peers, vocab 8000, no training
     python bench/llm_speed.py --preset gpu --dry-run  # the GPU plan at toy sizes on any device: no figures
     python bench/llm_speed.py --out bench/results/llm-speed-DATE  # also writes DATE.json and DATE.md
 """
@@ -45,25 +50,32 @@ from typing import Any, Callable
 import torch
 
 import sketchcore
-from sketchcore.torch import LowRankLinear, SKLinear, sketch_model
+from sketchcore.torch import Int8LowRankLinear, LowRankLinear, SKLinear, sketch_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from meters import PeakMemory, ModuleSplit, static_cache  # noqa: E402
+from int8_models import INT8_MODELS, int8_twins  # noqa: E402
+from meters import PeakMemory, ModuleSplit, embedding_bytes, model_bytes, static_cache  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     "gpu": dict(device="cuda", dtype="bfloat16", hidden=2048, intermediate=5632, layers=8, vocab=32000,
                 prefill=(8, 512), train=(8, 512), prompt=128, new_tokens=128, decode_batches=(1, 8), rounds=5,
-                compile=True, graphs=True),
+                compile=True, graphs=True, int8=False),
     "cpu": dict(device="cpu", dtype="float32", hidden=1024, intermediate=2816, layers=4, vocab=32000,
                 prefill=(1, 512), train=(1, 256), prompt=64, new_tokens=32, decode_batches=(1, 8), rounds=5,
-                compile=True, graphs=False),
+                compile=True, graphs=False, int8=False),
+    # issue 49's comparison: float32 inference against torch's int8 (no training step, no compile)
+    "int8": dict(device="cpu", dtype="float32", hidden=1024, intermediate=2816, layers=4, vocab=8000,
+                 prefill=(4, 128), train=None, prompt=64, new_tokens=32, decode_batches=(1, 8), rounds=5,
+                 compile=False, graphs=False, int8=True),
     "quick": dict(device="cpu", dtype="float32", hidden=128, intermediate=352, layers=2, vocab=512,
                   prefill=(2, 64), train=(2, 32), prompt=16, new_tokens=6, decode_batches=(1, 2), rounds=2,
-                  compile=False, graphs=False),
+                  compile=False, graphs=False, int8=True),
 }
 DRY_RUN = dict(hidden=64, intermediate=176, layers=1, vocab=256, prefill=(2, 32), train=(2, 16), prompt=8,
                new_tokens=4, decode_batches=(1, 2), rounds=1)
 MODELS = ("dense", "lowrank", "sklinear")
+LABELS = {"lowrank": "LowRankLinear", "sklinear": "SKLinear", "lowrank int8": "LowRankLinear int8 + torch int8 lm_head",
+          "pairs int8": "factor pairs, torch int8"}
 
 
 def build_models(p: dict[str, Any], device: torch.device, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
@@ -84,6 +96,8 @@ def build_models(p: dict[str, Any], device: torch.device, dtype: torch.dtype) ->
         models[name] = twin
     for name, model in models.items():
         models[name] = model.to(device=device, dtype=dtype)
+    if p["int8"] and device.type == "cpu" and dtype == torch.float32:  # torch's dynamic int8 is CPU float32 only
+        models.update(int8_twins(models["dense"], models["lowrank"]))
     build_models.reports = reports  # type: ignore[attr-defined]
     return models
 
@@ -204,7 +218,7 @@ def ratios_of(seconds: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     for name, times in seconds.items():
         per_round = [d / t for d, t in zip(seconds["dense"], times)]
         out[name] = {"seconds_median": statistics.median(times), "ratio_median": statistics.median(per_round),
-                     "ratio_min": min(per_round), "ratio_max": max(per_round)}
+                     "ratio_min": min(per_round), "ratio_max": max(per_round), "seconds": times}
     return out
 
 
@@ -213,7 +227,12 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     models = build_models(p, device, dtype)
     gen = torch.Generator().manual_seed(1)
     ids = lambda b, s: torch.randint(0, p["vocab"], (b, s), generator=gen).to(device)  # noqa: E731
-    results: dict[str, Any] = {"phases": {}, "memory": {}, "split": {}, "conversion": {}}
+    results: dict[str, Any] = {"phases": {}, "memory": {}, "split": {}, "conversion": {},
+                               "model_bytes": {name: model_bytes(model) for name, model in models.items()},
+                               "embedding_bytes": {name: embedding_bytes(model) for name, model in models.items()}}
+    if p.get("sizes_only"):
+        return results
+    trainable = {name: model for name, model in models.items() if name not in INT8_MODELS}
     for name, report in build_models.reports.items():  # type: ignore[attr-defined]
         results["conversion"][name] = {"ranks": sorted({row.rank for row in report.values()}),
                                        "linear_params_before": sum(r.params_before for r in report.values()),
@@ -238,21 +257,23 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
             tokens = int(name.split()[1][1:]) * p["new_tokens"]
             for model_name, row in results["phases"][name].items():
                 row["tokens_per_s"] = tokens / row["seconds_median"]
-    train_ids = ids(*p["train"])
-    for model in models.values():
-        model.train()
-    results["phases"]["train step"] = ratios_of(alternate(
-        {n: (lambda m=m: train_fn(m, train_ids)) for n, m in models.items()}, device, p["rounds"], calls))
-    for model in models.values():
-        model.eval()
+    train_ids = ids(*p["train"]) if p["train"] else None
+    if train_ids is not None:
+        for model in trainable.values():
+            model.train()
+        results["phases"]["train step"] = ratios_of(alternate(
+            {n: (lambda m=m: train_fn(m, train_ids)) for n, m in trainable.items()}, device, p["rounds"], calls))
+        for model in trainable.values():
+            model.eval()
 
     memory = PeakMemory(device)
     for name, model in models.items():
         row = {}
-        for phase, make in (("prefill", lambda: prefill_fn(model, prompt_ids, False)),
-                            ("decode", lambda: decode_fn(model, ids(max(p["decode_batches"]), p["prompt"]),
-                                                         p["new_tokens"], False)),
-                            ("train", lambda: (model.train(), train_fn(model, train_ids))[1])):
+        work = [("prefill", lambda: prefill_fn(model, prompt_ids, False)),
+                ("decode", lambda: decode_fn(model, ids(max(p["decode_batches"]), p["prompt"]), p["new_tokens"], False))]
+        if train_ids is not None and name in trainable:
+            work.append(("train", lambda: (model.train(), train_fn(model, train_ids))[1]))
+        for phase, make in work:
             fn = make()
             memory.start(model)
             fn()
@@ -261,15 +282,16 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         results["memory"][name] = row
 
     for name, model in models.items():
-        split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear))
+        split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear, Int8LowRankLinear))
         steps = 4  # a decode step's split: 4 steps after a prefill that is not recorded, over 4
         prefill, decode_steps = decode_session(model, ids(1, p["prompt"]), steps, False)
         decoded = split.measure(decode_steps, setup=prefill)
         results["split"][name] = {
             "prefill": split.measure(prefill_fn(model, prompt_ids, False)),
             "decode step": {key: value / steps for key, value in decoded.items()},
-            "train step": split.measure(train_fn(model.train(), train_ids)),
         }
+        if train_ids is not None and name in trainable:
+            results["split"][name]["train step"] = split.measure(train_fn(model.train(), train_ids))
         model.eval()
         split.remove()
     return results
@@ -290,11 +312,20 @@ def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
     lines = [f"# LLM speed, {meta['date']}", "", f"`{meta['command']}` — {meta['device']}; {meta['summary']}", ""]
     if meta["dry_run"]:
         lines += ["**Dry run: toy sizes, one round; these are not measurements.**", ""]
-    lines += ["| phase | dense | LowRankLinear | SKLinear |", "| --- | --- | --- | --- |"]
+    names = list(results["model_bytes"])
+    lines += ["", "Model bytes (MB; in brackets without the embedding table, of which a decode step reads one row per "
+              "token): " + "; ".join(f"{LABELS.get(n, n)}: {b / 1e6:.1f} [{(b - results['embedding_bytes'][n]) / 1e6:.1f}]"
+                                     for n, b in results["model_bytes"].items()), ""]
+    if not results["phases"]:
+        return "\n".join(lines + int8_summary(results)) + "\n"
+    lines += ["| phase | " + " | ".join(LABELS.get(n, n) for n in names) + " |", "|" + " --- |" * (len(names) + 1)]
     for phase, rows in results["phases"].items():
         cells = []
-        for name in MODELS:
-            row = rows[name]
+        for name in names:
+            row = rows.get(name)
+            if row is None:
+                cells.append("—")
+                continue
             rate = f", {row['tokens_per_s']:.0f} tok/s" if "tokens_per_s" in row else ""
             ratio = "" if name == "dense" else (f" — **{row['ratio_median']:.2f}×** "
                                                 f"[{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]")
@@ -308,10 +339,37 @@ def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
         lines.append(f"- {name}: " + "; ".join(
             f"{phase} {s['sketched_ms']:.1f} / {s['dense_linear_ms']:.1f} / {s['rest_ms']:.1f} "
             f"({s['sketched_calls']})" for phase, s in phases.items()))
+    lines += int8_summary(results)
     lines += ["", "Conversion: " + "; ".join(
         f"{name}: ranks {c['ranks']}, linear parameters {c['linear_params_before']:,} → {c['linear_params_after']:,}"
         for name, c in results["conversion"].items())]
     return "\n".join(lines) + "\n"
+
+
+def head_to_head(rows: dict[str, Any], ours: str, peer: str) -> tuple[float, float, float]:
+    """Median, min and max over rounds of peer time / our time (the models ran in the same rounds)."""
+    per_round = [t_peer / t_ours for t_ours, t_peer in zip(rows[ours]["seconds"], rows[peer]["seconds"])]
+    return statistics.median(per_round), min(per_round), max(per_round)
+
+
+def int8_summary(results: dict[str, Any]) -> list[str]:
+    """Issue 49's targets, as ratios in this run: our int8 model against torch's int8 (≥ 1.5×) and the
+    torch-alone pairs (≥ 1×) per phase, and the model bytes against torch int8's (≤ 0.4)."""
+    if "lowrank int8" not in results["model_bytes"]:
+        return []
+    lines = ["", "int8, head to head (peer time / lowrank int8 time, median [min, max] over rounds; issue 49's "
+             "targets: ≥ 1.5× torch int8, ≥ 1× pairs int8):", ""]
+    for phase, rows in results["phases"].items():
+        if "lowrank int8" not in rows:
+            continue
+        cells = [f"vs {peer} **{m:.2f}×** [{lo:.2f}, {hi:.2f}]"
+                 for peer in ("torch int8", "pairs int8") for m, lo, hi in [head_to_head(rows, "lowrank int8", peer)]]
+        lines.append(f"- {phase}: " + "; ".join(cells))
+    sizes, tables = results["model_bytes"], results["embedding_bytes"]
+    read = {name: sizes[name] - tables[name] for name in sizes}
+    lines.append(f"- model bytes: lowrank int8 / torch int8 = **{sizes['lowrank int8'] / sizes['torch int8']:.2f}**, "
+                 f"without the embedding table **{read['lowrank int8'] / read['torch int8']:.2f}** (target ≤ 0.4)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -322,6 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", help="override the preset's device (cpu, cuda)")
     parser.add_argument("--rounds", type=int, help="override the preset's rounds")
     parser.add_argument("--out", help="write OUT.json and OUT.md")
+    parser.add_argument("--sizes-only", action="store_true", help="build the models and count their bytes; no timing")
     args = parser.parse_args(argv)
     preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
     p = dict(PRESETS[preset])
@@ -331,6 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p["device"] = args.device
     if args.rounds:
         p["rounds"] = args.rounds
+    p["sizes_only"] = args.sizes_only
     if p["device"] == "cuda" and not torch.cuda.is_available():
         parser.error("--preset gpu needs a CUDA device; add --dry-run --device cpu to run its plan here")
     if p["graphs"] and p["device"] != "cuda" and not args.dry_run:
@@ -344,7 +404,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "transformers": __import__("transformers").__version__},
             "summary": (f"LlamaForCausalLM hidden {p['hidden']}, intermediate {p['intermediate']}, {p['layers']} layers, "
                         f"vocab {p['vocab']}, {p['dtype']}; prefill {p['prefill'][0]}×{p['prefill'][1]}, train "
-                        f"{p['train'][0]}×{p['train'][1]}, decode {p['new_tokens']} tokens after {p['prompt']}; "
+                        + (f"{p['train'][0]}×{p['train'][1]}" if p["train"] else "none")
+                        + f", decode {p['new_tokens']} tokens after {p['prompt']}; "
                         f"{p['rounds']} rounds")}
     text = markdown(meta, results)
     print(text)

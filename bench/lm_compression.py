@@ -19,9 +19,14 @@ the peak memory of the fine-tune (resident-set growth over the step loop: gradie
 state, activations) against the dense model fine-tuned the same way. Training-step time is
 measured at the end, all models in turn for several rounds (so that load from other processes
 falls on every model alike): the median per model, with the spread of its round medians.
-Writes ``<out>.json``, ``<out>.md`` and ``<out>.png``.
+Then, for int8 inference (issue 49; ``--int8-fewer``, the ``svd`` model at that reduction after
+its fine-tune): the dense model, torch's int8 (``quantize_dynamic``), the low-rank model in
+float32, with int8 factors (``quantize_``), and with int8 factors plus torch's int8 on the
+``lm_head`` — validation perplexity, bytes, and inference time of the validation forward (all in
+turn, in rounds). Writes ``<out>.json``, ``<out>.md`` and ``<out>.png``.
 
     python bench/lm_compression.py --out bench/results/lm-compression-2026-11-23
+    python bench/lm_compression.py --methods svd --int8-fewer 0.4 --out ...   # the int8 rows, faster
 
 Not run in CI (minutes). Needs ``transformers`` and ``matplotlib``.
 """
@@ -90,12 +95,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timing-rounds", type=int, default=4)
     parser.add_argument("--timing-steps", type=int, default=2, help="training steps per model per round")
+    parser.add_argument("--int8-fewer", type=float, default=0.4,
+                        help="int8 rows from the svd model at this reduction (one of 0.2, 0.4, 0.6; negative: none)")
     parser.add_argument("--replot", action="store_true", help="rewrite <out>.md and <out>.png from <out>.json")
     args = parser.parse_args()
     if args.replot:
         out = Path(args.out)
         saved = json.loads(out.with_suffix(".json").read_text())
-        out.with_suffix(".md").write_text(markdown(saved["meta"], saved["rows"]))
+        out.with_suffix(".md").write_text(markdown(saved["meta"], saved["rows"])
+                                          + int8_markdown(saved.get("int8", []), saved["meta"]["args"].get("int8_fewer")))
         plot(saved["rows"], out.with_suffix(".png"))
         return
     _reexec_with_mmap_threshold()
@@ -214,6 +222,14 @@ def main() -> None:
                   f"ppl {row['ppl_before']:.3f} -> {row['ppl_after']:.3f}, peak {row['peak_mib']:.1f} MiB, "
                   f"convert {convert_s:.1f} s", flush=True)
 
+    # before the timed training steps below, which train the models further
+    int8 = []
+    source = next((i for i, r in enumerate(rows) if r["method"] == "svd" and r["fewer"] == args.int8_fewer), None)
+    if source is not None:
+        int8 = int8_rows(dense, models[source], perplexity, lambda m: loss_of(m, val_windows[:32]),
+                         args.timing_rounds)
+        print("int8: " + ", ".join(f"{r['model']} ppl {r['ppl']:.4f} {r['forward_ms']:.1f} ms" for r in int8), flush=True)
+
     rounds: list[list[float]] = [[] for _ in models]
     for r in range(args.timing_rounds):
         for i, model in enumerate(models):
@@ -223,6 +239,7 @@ def main() -> None:
         row["step_ms"] = 1e3 * statistics.median(medians)
         row["step_ms_spread"] = [1e3 * min(medians), 1e3 * max(medians)]
     print("step ms: " + ", ".join(f"{r['method']} {r['fewer']:.0%} {r['step_ms']:.0f}" for r in rows), flush=True)
+
 
     meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
@@ -236,10 +253,45 @@ def main() -> None:
             "train_seconds": train_seconds, "total_seconds": time.perf_counter() - started}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(meta, rows))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows, "int8": int8}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(meta, rows) + int8_markdown(int8, args.int8_fewer))
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out}.{{json,md,png}} in {meta['total_seconds']:.0f} s")
+
+
+def int8_rows(dense, lowrank, perplexity, forward, rounds: int) -> list[dict]:
+    """Issue 49's rows: dense, torch int8, the low-rank model in float32 and with int8 factors
+    (alone, and with torch's int8 on the lm_head): perplexity, bytes, inference time."""
+    import torch
+    from int8_models import inference_rows, torch_int8
+    from sketchcore.torch import quantize_
+
+    factors = quantize_(copy.deepcopy(lowrank), "int8")
+    models = {"dense": dense, "torch int8 dynamic": torch_int8(dense), "low rank float32": lowrank,
+              "low rank int8": factors, "low rank int8 + torch int8 lm_head": torch_int8(factors)}
+    for model in models.values():
+        model.eval()
+    with torch.no_grad():
+        return inference_rows(models, perplexity, forward, rounds)
+
+
+def int8_markdown(rows: list[dict], fewer) -> str:
+    if not rows:
+        return ""
+    base = {r["model"]: r for r in rows}
+    lines = ["", f"## int8 inference (the svd model at {fewer:.0%} fewer linear parameters, after its fine-tune)", "",
+             "Validation perplexity per byte; bytes held (parameters, buffers, torch's packed int8 weights); the "
+             "validation forward (32 windows, eval, no autograd), all models in turn per round: median [min–max].", "",
+             "| model | ppl | Δ ppl vs its float model | MB | forward ms [spread] (× dense) |", "|---|---|---|---|---|"]
+    for r in rows:
+        reference = base["dense"] if r["model"] in ("dense", "torch int8 dynamic") else base["low rank float32"]
+        delta = f"{100 * (r['ppl'] / reference['ppl'] - 1):+.3f} %"
+        lines.append(f"| {r['model']} | {r['ppl']:.4f} | {delta} | {r['bytes'] / 1e6:.2f} | {r['forward_ms']:.1f} "
+                     f"[{r['forward_ms_spread'][0]:.1f}–{r['forward_ms_spread'][1]:.1f}] "
+                     f"({base['dense']['forward_ms'] / r['forward_ms']:.2f}×) |")
+    lines.append("\nIssue 49's accuracy target: int8 factors raise perplexity by ≤ 1 % over float32 factors. The "
+                 "lm_head is tied to the embedding: torch's int8 lm_head is an untied int8 copy, so it adds bytes here.\n")
+    return "\n".join(lines)
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:

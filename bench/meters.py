@@ -38,6 +38,28 @@ class ResidentPeak:
         return (rss_kib("VmHWM") - self.base) / 1024 if self.base >= 0 else float("nan")
 
 
+def is_dense_linear(module: torch.nn.Module) -> bool:
+    """An ``nn.Linear`` or torch's dynamically quantized one (``quantize_dynamic``)."""
+    return type(module) is torch.nn.Linear or isinstance(module, torch.ao.nn.quantized.dynamic.Linear)
+
+
+def model_bytes(model: torch.nn.Module) -> int:
+    """Bytes a model holds: its parameters and buffers, and the packed int8 weights (and biases) of
+    torch's dynamically quantized layers, which are neither."""
+    held = {id(t): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]}
+    packed = 0  # unpacked afresh on each call: counted as they come (their ids are reused once freed)
+    for module in model.modules():
+        if isinstance(module, torch.ao.nn.quantized.dynamic.Linear):
+            packed += sum(t.numel() * t.element_size() for t in module._weight_bias() if t is not None)
+    return sum(held.values()) + packed
+
+
+def embedding_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's embedding tables (a decode step reads one row of each per token)."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+               if isinstance(m, torch.nn.Embedding))
+
+
 class PeakMemory:
     """Peak memory (MiB) of a phase, the model's parameters and buffers included. On a GPU: the most torch's
     allocator held plus the most sketchcore's device pool held (zero when temporaries go through
@@ -48,8 +70,7 @@ class PeakMemory:
         self.resident = ResidentPeak()
 
     def start(self, model: torch.nn.Module) -> None:
-        held = [*model.parameters(), *model.buffers()]  # an SKLinear's fixed sketches are buffers
-        self.weights = sum(t.numel() * t.element_size() for t in held) / 2**20
+        self.weights = model_bytes(model) / 2**20  # an SKLinear's fixed sketches are buffers
         if self.device.type == "cuda":
             gc.collect()
             torch.cuda.synchronize(self.device)
@@ -112,8 +133,7 @@ class ModuleSplit:
         self.started: dict[int, float] = {}
         self.recording = False
         for module in model.modules():
-            kind = "sketched" if isinstance(module, sketched) else (
-                "dense_linear" if type(module) is torch.nn.Linear else None)
+            kind = "sketched" if isinstance(module, sketched) else ("dense_linear" if is_dense_linear(module) else None)
             if kind is None:
                 continue
             self.handles.append(module.register_forward_pre_hook(self._begin))

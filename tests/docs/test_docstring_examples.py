@@ -45,6 +45,8 @@ MODULES = [
     "sketchcore.torch.parallel",
     "sketchcore.torch.parallel._styles",
     "sketchcore.torch.parallel._comm",
+    "sketchcore.torch.layers._int8",
+    "sketchcore.torch.compress._quantize",
     "sketchcore.jax",
     "sketchcore.tuner",
     "sketchcore.tuner._configs",

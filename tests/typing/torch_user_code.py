@@ -89,3 +89,14 @@ with CollectiveLog() as log:
     pass
 sent: int = log.total_bytes
 print(styles, plan_of, sent)
+
+from sketchcore.torch import Int8LowRankLinear, quantize_  # noqa: E402
+
+int8_model: nn.Sequential = quantize_(nn.Sequential(LowRankLinear(16, 8, rank=4)).eval(), "int8")
+int8_layer = Int8LowRankLinear.from_float(LowRankLinear(16, 8, rank=4).eval())
+with torch.no_grad():
+    int8_out: torch.Tensor = int8_layer(torch.ones(3, 16))
+int8_report: ConversionReport = sketch_model(nn.Sequential(nn.Linear(16, 16)), low_rank=4, quantize="int8")
+int8_kind: str = int8_report["0"].quantize
+int8_dense: nn.Linear = int8_layer.to_linear()
+print(int8_model, int8_out, int8_kind, int8_dense)

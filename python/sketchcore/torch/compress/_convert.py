@@ -21,6 +21,7 @@ from sketchcore.torch.compress._handle_conv import ConvHandler
 from sketchcore.torch.compress._handle_linear import LinearHandler
 from sketchcore.torch.compress._handlers import Job, Skip, handler_for, handlers, register_handler
 from sketchcore.torch.compress._plan import ConversionPlan
+from sketchcore.torch.compress._quantize import quantize_layers
 from sketchcore.torch.compress._registry import register_linear
 from sketchcore.torch.compress._report import ConversionReport, LayerReport
 from sketchcore.torch.compress._restore import restore_model
@@ -43,7 +44,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
                  tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
-                 **kwargs: Any) -> ConversionReport:
+                 quantize: Optional[Literal["int8"]] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
     ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
@@ -95,6 +96,12 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     names it is tied to; ``tied="untie"`` converts it anyway (the other users keep the dense
     weight, so the model grows).
 
+    Quantization: ``quantize="int8"`` ends the conversion with :func:`quantize_` — every new
+    LowRankLinear/SKLinear becomes an :class:`Int8LowRankLinear` (int8 factors, inference on
+    the CPU; the report's rows say ``quantize="int8"``). Layers kept dense stay ``nn.Linear``:
+    ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)`` quantizes
+    them and leaves sketchcore's layers alone.
+
     Other keyword arguments go to the new layers (``activation``, ``dropout``). With
     ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers become
     :class:`SKConv2d` of the same ``num_terms`` and ``init``; convolutions it refuses are kept,
@@ -137,6 +144,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     tied : {"keep", "untie"}
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
+    quantize : {"int8"}, optional
+        Quantize the new low-rank layers (:func:`quantize_`); None keeps them float.
     **kwargs
         Passed to the new layers (``activation``, ``dropout``).
 
@@ -154,8 +163,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         registered module whose weight or bias has the wrong shape; an unknown
         ``inner_activation`` (the message lists the valid ones), one with ``layer="sklinear"`` or
         without ``init="random"`` (converting a trained model), ``init="random"`` with
-        ``layer="sklinear"`` or with calibration inputs. The new layers' constructors raise on
-        bad ``kwargs``.
+        ``layer="sklinear"`` or with calibration inputs; an unknown ``quantize``. The new layers'
+        constructors raise on bad ``kwargs``.
     TypeError
         ``model`` is not an ``nn.Module`` (a state_dict, say: build the model, load it, pass it).
 
@@ -182,7 +191,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     plan = ConversionPlan.of(num_terms=num_terms, low_rank=low_rank, tolerance=tolerance, param_ratio=param_ratio,
                              layer=layer, include=include, exclude=exclude, init=init, conv2d=conv2d,
                              attention=attention, calibrated=calibration is not None, tied=tied,
-                             inner_activation=inner_activation, layer_options=kwargs)
+                             inner_activation=inner_activation, layer_options=kwargs, quantize=quantize)
     batches = _calibrate.batches_of(calibration) if calibration is not None else None
     return convert(model, plan, batches)
 
@@ -210,6 +219,9 @@ def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]
         _measure(model, batches, plan.tolerance, report)
     if not report.replaced:
         _warn_nothing_replaced(report, plan)
+    if plan.quantize is not None:  # after calibration: the report's errors are the float layers'
+        for name in quantize_layers(model, only=set(report.replaced)):
+            report.replaced[name].quantize = plan.quantize
     return report
 
 

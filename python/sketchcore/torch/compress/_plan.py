@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from sketchcore import _ranks
 from sketchcore.torch.compress._pretraining import check_pretraining_options
+from sketchcore.torch.compress._quantize import check_quantize_config
 
 
 def _is_count(value: Any) -> bool:
@@ -54,8 +55,8 @@ class ConversionPlan:
            param_ratio: Optional[float] = None, layer: Optional[str] = None, include: Optional[Iterable[str]] = None,
            exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
            attention: Optional[int] = None, calibrated: bool = False, tied: str = "keep",
-           inner_activation: Optional[str] = None, layer_options: Optional[Mapping[str, Any]] = None
-           ) -> ConversionPlan:
+           inner_activation: Optional[str] = None, layer_options: Optional[Mapping[str, Any]] = None,
+           quantize: Optional[str] = None) -> ConversionPlan:
         """The plan of a ``sketch_model`` call (the same defaults); raises sketch_model's ValueErrors."""
         sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
         attention_only = sizes == 0 and attention is not None and not conv2d
@@ -82,12 +83,14 @@ class ConversionPlan:
         if tied not in ("keep", "untie"):
             raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
         check_pretraining_options(layer, init, inner_activation, calibrated)
+        if quantize is not None:
+            check_quantize_config(quantize, "sketch_model: quantize")
         options = dict(layer_options or {})
         if inner_activation is not None:
             options["inner_activation"] = inner_activation
         return cls(layer, num_terms, low_rank, tolerance, param_ratio,
                    tuple(include) if include is not None else None, tuple(exclude or ()), init, conv2d, attention,
-                   tied, calibrated, MappingProxyType(options))
+                   tied, calibrated, MappingProxyType(options), quantize)
 
     @property
     def attention_only(self) -> bool:

@@ -30,6 +30,9 @@ class LayerReport:
     output_error : float, optional
     inner_activation : str
         The new LowRankLinear's bottleneck activation ("none" for a linear layer).
+    quantize : str
+        ``"int8"`` when the new layer was quantized (``sketch_model(quantize="int8")``: an
+        Int8LowRankLinear holding the factors in int8), else ``"none"``.
 
     Raises
     ------
@@ -70,6 +73,8 @@ class LayerReport:
     output_error: Optional[float] = None
     #: σ of a LowRankLinear(inner_activation=...) built for pretraining; "none" otherwise
     inner_activation: str = "none"
+    #: "int8" when the new layer holds int8 factors (an Int8LowRankLinear); "none" otherwise
+    quantize: str = "none"
 
     @classmethod
     def kept_dense(cls, name: str, module: nn.Module, reason: str, *, in_features: int = 0, out_features: int = 0,
@@ -189,6 +194,7 @@ class ConversionReport(Mapping[str, LayerReport]):
             shape = f"{r.in_features}→{r.out_features}"
             name = r.name if len(r.name) <= 34 else "…" + r.name[-33:]
             kind = r.kind if r.inner_activation == "none" else f"{r.kind}(σ={r.inner_activation})"
+            kind += f"[{r.quantize}]" if r.quantize != "none" else ""
             lines.append(f"{name:<34} {kind:<22} {shape:>11} {r.rank:>5} "
                          f"{r.params_before:>9,}→{r.params_after:<9,} "
                          f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {self._error_text(r):>10}"

@@ -12,6 +12,7 @@ from torch import nn
 from sketchcore.torch.compress._surgery import no_fused_encoders, set_module
 from sketchcore.torch.layers._attention import RandMultiHeadAttention
 from sketchcore.torch.layers._conv import SKConv2d
+from sketchcore.torch.layers._int8 import Int8LowRankLinear
 from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -19,7 +20,7 @@ from sketchcore.torch.layers._sklinear import SKLinear
 __all__ = ["restore_model"]
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
-           "RandMultiHeadAttention": RandMultiHeadAttention}
+           "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -76,7 +77,10 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         old = model.get_submodule(name)
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
-        set_module(model, name, _empty_layer(cls, config, placement))
+        new = _empty_layer(cls, config, placement)
+        if isinstance(new, Int8LowRankLinear):
+            new.train(old.training)  # float layers start in training mode; an int8 one keeps the model's mode
+        set_module(model, name, new)
     no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)
     return model
@@ -94,6 +98,10 @@ def _empty_layer(cls: type, config: dict[str, Any], placement: dict[str, Any]) -
         return SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
                         tuple(config["stride"]), tuple(config["padding"]), config["bias"], config["num_terms"],
                         config["low_rank"], dilation=tuple(config["dilation"]), **placement)
+    if cls is Int8LowRankLinear:  # the saved int8 factors, as they are (no dense weight)
+        return Int8LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
+                                 activation=config["activation"], inner_activation=config.get("inner_activation"),
+                                 device=placement.get("device"))
     if cls is SKLinear:
         new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
                        bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
