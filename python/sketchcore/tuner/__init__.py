@@ -1,16 +1,11 @@
 """Accuracy-driven choice of sketched layers: Panther's ``SKAutoTuner`` API (``LayerConfig``,
 ``TuningConfigs``, ``Categorical``/``Int``/``Float``, ``tune``, ``apply_best_params``, ...) with a
 default search that reads each layer's error-vs-size curve off its singular spectrum and spends
-model evaluations only to place the per-layer budgets (:class:`SpectralSearch`). Panther's
-black-box searches stay available (:class:`OptunaSearch` when Optuna is installed,
-:class:`RandomSearch`, :class:`GridSearch`).
-
-``LAYER_TYPE_MAPPING`` (Panther's name) maps each dense layer type the tuner can replace
-(``nn.Linear``, ``nn.Conv2d``, ``nn.MultiheadAttention``) to its sketched class and that class's
-tunable parameters.
+model evaluations only to place the per-layer budgets (:class:`SpectralSearch`), and Panther's
+black-box searches (:class:`OptunaSearch`, :class:`RandomSearch`, :class:`GridSearch`).
 
 With a real model, ``evaluate(model)`` returns its validation accuracy and the threshold is a
-little below the dense model's. Here a tiny model and an accuracy function that is always 1.0:
+little below the dense model's; here it is always 1.0:
 
 >>> import torch
 >>> from torch import nn
