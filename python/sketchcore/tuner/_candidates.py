@@ -30,10 +30,9 @@ LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
 
 
 def get_sketched_class(layer_type: type) -> type:
-    """The sketched class that replaces ``layer_type`` (Panther's function of the same name):
-    ``SKLinear`` for ``nn.Linear``, ``SKConv2d`` for ``nn.Conv2d``, ``RandMultiHeadAttention`` for
-    ``nn.MultiheadAttention``; ValueError ``"get_sketched_class: layer_type: expected one of
-    ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."`` for another type."""
+    """``LAYER_TYPE_MAPPING[layer_type]["class"]`` (Panther's function); ValueError
+    ``"get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d', 'MultiheadAttention'],
+    got ..."`` for another type."""
     if layer_type not in LAYER_TYPE_MAPPING:
         raise ValueError(f"get_sketched_class: layer_type: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
                          f"got {getattr(layer_type, '__name__', repr(layer_type))}")
@@ -68,13 +67,8 @@ def _supported(layer: nn.Module, name: str) -> dict[str, Any]:
 
 
 class _Curve:
-    """The error of every rank of a layer M (fan-in × fan-out) and the factors that reach it, as
-    conversion computes them. With ``gram`` = XᵀX of a Linear's inputs: the whitened truncation
-    (``sketchcore.torch.compress._whitened``), whose error is the output's ‖X(M − M_r)‖_F / ‖X M‖_F —
-    comparable across layers, unlike the weight error — and whose factors the candidates get.
-    A Conv2d's ``gram`` (of its patches) weighs the weight SVD's directions by the energy of
-    the outputs, √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i) (its factors stay the weight
-    SVD's). Without: the weight error."""
+    """The error of every rank of a layer M (fan-in × fan-out), and for a Linear with ``gram`` the
+    whitened factors that reach it (the formulas: ``DEVNOTES.md``)."""
 
     def __init__(self, M: torch.Tensor, gram: Optional[torch.Tensor], whiten: bool) -> None:
         M64 = M.detach().to("cpu", torch.float64)
@@ -109,10 +103,8 @@ def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -
 
 def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
                gram: Optional[torch.Tensor] = None) -> list[Candidate]:
-    """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first. "auto"
-    keeps only the settings that store fewer numbers than the dense layer; an explicit dict is
-    searched as given (Panther builds a setting larger than the dense layer too). ``gram``: the
-    Gram matrix of the layer's inputs (patches for a Conv2d), for output-error curves."""
+    """The candidates for ``layer`` under ``params``, smallest first ("auto": only those storing
+    fewer numbers than the layer). ``gram``: XᵀX of its inputs (patches), for output-error curves."""
     entry = _supported(layer, name)
     dense = stored(layer)
     if isinstance(layer, nn.MultiheadAttention):
@@ -152,11 +144,8 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
 
 
 def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
-    """What ``params="auto"`` searches for ``layer``, as an explicit search space (for
-    ``getConfigs()``): every LowRankLinear rank of an ``nn.Linear`` that stores fewer numbers than
-    the layer, every such SKConv2d ``low_rank`` of one term, a few Performer feature counts. None
-    when no setting stores fewer numbers. Ranks are those the GPU kernels like (multiples of 64
-    from 256, of 16 from 16, every rank of a layer narrower than 16: ``sketchcore._ranks``)."""
+    """What ``params="auto"`` searches for ``layer`` as an explicit space (None when no setting
+    stores fewer numbers); ranks are those the GPU kernels like (``sketchcore._ranks``)."""
     found = candidates(layer, name, "auto", copy_weights=False)
     if not found:
         return None
@@ -196,8 +185,8 @@ def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: boo
 
 def _builder(layer: nn.Module, setting: Mapping[str, Any], copy_weights: bool,
              Vt: Optional[torch.Tensor]) -> Callable[[], nn.Module]:
-    """How to build the setting: from the trained layer by conversion's own code (``Vt``: the
-    whitened output directions, or None for the weight's SVD), or fresh (``copy_weights=False``)."""
+    """Builds the setting from the trained layer by conversion's code (``Vt``: whitened output
+    directions, None for the weight's SVD), or fresh."""
     setting = dict(setting)
 
     def build() -> nn.Module:
