@@ -129,10 +129,6 @@ class TuningConfigs:
     >>> configs = TuningConfigs([LayerConfig("fc1"), LayerConfig("fc2", {"rank": [4]})])
     >>> len(configs), configs[1].layer_names, [c.layer_names for c in configs]
     (2, 'fc2', ['fc1', 'fc2'])
-    >>> TuningConfigs(["fc1"])
-    Traceback (most recent call last):
-        ...
-    TypeError: TuningConfigs: configs[0]: expected a LayerConfig, got str
     """
 
     def __init__(self, configs: Sequence[LayerConfig]) -> None:

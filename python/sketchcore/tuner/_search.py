@@ -203,10 +203,6 @@ class GridSearch(SearchAlgorithm):
     >>> search.initialize({"rank": [4, 8], "scale": Float(0.5, 1.0, step=0.5)})
     >>> [search.get_next_params() for _ in range(5)]
     [{'rank': 4, 'scale': 0.5}, {'rank': 4, 'scale': 1.0}, {'rank': 8, 'scale': 0.5}, {'rank': 8, 'scale': 1.0}, None]
-    >>> search.initialize({"scale": Float(0.5, 1.0)})
-    Traceback (most recent call last):
-        ...
-    ValueError: GridSearch: scale: a continuous Float has no grid; expected a list or a step
     """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:

@@ -13,8 +13,7 @@ Assignment = tuple[Optional[int], ...]
 
 @dataclass
 class Option:
-    """A setting of a unit (one layer, or a group sharing one setting): total size, worst weight
-    error (None without a spectrum), the per-layer candidates."""
+    """A setting of a unit: total size, worst error (None without a spectrum), per-layer candidates."""
 
     params: dict
     size: int
@@ -24,8 +23,7 @@ class Option:
 
 @dataclass
 class Unit:
-    """What the search assigns one setting to: one layer, or a group sharing a setting
-    (``separate=False``); ``key`` names its results, ``"_".join(names)`` for a group as in Panther."""
+    """One layer, or a ``separate=False`` group sharing a setting; ``key`` names its results."""
 
     names: list[str]
     dense_size: int
@@ -83,10 +81,6 @@ class SpectralSearch:
     >>> best = tuner.tune()
     >>> len(calls) <= 10, len(calls) == tuner.evaluations
     (True, True)
-    >>> SpectralSearch(max_evaluations=0)
-    Traceback (most recent call last):
-        ...
-    ValueError: SpectralSearch: max_evaluations: expected an integer ≥ 1, got 0
     """
 
     #: The global bisection stops once its feasible and infeasible models differ by at most this

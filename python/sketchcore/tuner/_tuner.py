@@ -101,10 +101,6 @@ class SKAutoTuner:
     {'0': {'rank': 16}, '2': {'rank': 1}}
     >>> tuner.apply_best_params()[0]
     LowRankLinear(in_features=64, out_features=64, rank=16, bias=True, activation='none')
-    >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0, num_runs_per_param=0)
-    Traceback (most recent call last):
-        ...
-    ValueError: SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got 0
     """
 
     def __init__(self, model: nn.Module, configs: Union[TuningConfigs, LayerConfig, Sequence[LayerConfig]],
