@@ -14,6 +14,7 @@ from torch import nn
 
 from sketchcore._ranks import aligned_ranks, factored_size, largest_saving_rank, truncation_errors
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
+from sketchcore.torch._common import positive_int
 from sketchcore.torch.compress import _convert_linear, _whitened
 from sketchcore.tuner._params import choices
 
@@ -157,10 +158,7 @@ def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
 
 
 def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:
-    value = setting[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"SKAutoTuner: layer {name!r}: params: {key}: expected an integer ≥ 1, got {value!r}")
-    return value
+    return positive_int(setting[key], key, f"SKAutoTuner: layer {name!r}: params")
 
 
 def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: bool, name: str) -> tuple[int, int]:

@@ -7,7 +7,8 @@ import copy
 from typing import Any, Mapping, Optional
 
 from sketchcore.tuner._params import Float, Int, choices
-from sketchcore.tuner._search import SearchAlgorithm, _check_trials
+from sketchcore.torch._common import positive_int
+from sketchcore.tuner._search import SearchAlgorithm
 
 
 class OptunaSearch(SearchAlgorithm):
@@ -67,7 +68,7 @@ class OptunaSearch(SearchAlgorithm):
         if direction not in ("maximize", "minimize"):
             raise ValueError(f"OptunaSearch: direction: expected 'maximize' or 'minimize', got {direction!r}")
         self._optuna = optuna
-        self.n_trials = _check_trials(n_trials, "OptunaSearch")
+        self.n_trials = positive_int(n_trials, "n_trials", "OptunaSearch")
         self.sampler = sampler if sampler is not None else optuna.samplers.TPESampler(seed=seed)
         try:  # samplers cache what they learn of one study (TPE refuses a second): later studies get fresh copies
             self._pristine: Any = copy.deepcopy(self.sampler)

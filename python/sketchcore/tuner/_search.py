@@ -8,6 +8,7 @@ import pickle
 import random
 from typing import Any, Mapping, Optional, Union
 
+from sketchcore.torch._common import positive_int
 from sketchcore.tuner._params import Float, Int, choices
 
 _STATE_FORMAT = "sketchcore.tuner.search/1"
@@ -116,12 +117,6 @@ class SearchAlgorithm:
         self._restore(data["state"])
 
 
-def _check_trials(n_trials: object, where: str) -> int:
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"{where}: n_trials: expected an integer ≥ 1, got {n_trials!r}")
-    return n_trials
-
-
 class RandomSearch(SearchAlgorithm):
     """``n_trials`` seeded uniform draws from the space (log-uniform for ``log=True``).
 
@@ -148,7 +143,7 @@ class RandomSearch(SearchAlgorithm):
     """
 
     def __init__(self, n_trials: int = 20, seed: Optional[int] = None) -> None:
-        self.n_trials = _check_trials(n_trials, "RandomSearch")
+        self.n_trials = positive_int(n_trials, "n_trials", "RandomSearch")
         self.seed = seed
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from sketchcore.torch._common import positive_int
 from sketchcore.tuner._candidates import Candidate
 
 #: an assignment: for each unit, the index of its option, or None for the dense layer(s)
@@ -92,15 +93,11 @@ class SpectralSearch:
     TRADE_STEPS = (1, 2)
 
     def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
-        if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
-            raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
-        if not isinstance(refine, bool):
-            raise TypeError(f"SpectralSearch: refine: expected a bool, got {type(refine).__name__}")
-        if not isinstance(data_aware, bool):
-            raise TypeError(f"SpectralSearch: data_aware: expected a bool, got {type(data_aware).__name__}")
-        self.max_evaluations = max_evaluations
-        self.refine = refine
-        self.data_aware = data_aware
+        self.max_evaluations = positive_int(max_evaluations, "max_evaluations", "SpectralSearch")
+        for name, flag in (("refine", refine), ("data_aware", data_aware)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"SpectralSearch: {name}: expected a bool, got {type(flag).__name__}")
+        self.refine, self.data_aware = refine, data_aware
 
     @property
     def study(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import nn
 
+from sketchcore.torch._common import positive_int
 from sketchcore.tuner import _results_file
 from sketchcore.tuner._black_box import black_box
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
@@ -130,8 +131,7 @@ class SKAutoTuner:
             raise TypeError(f"SKAutoTuner: search_algorithm: expected a SpectralSearch or a SearchAlgorithm "
                             f"(initialize/get_next_params/update), got {type(search_algorithm).__name__}")
         threshold: Threshold = check_threshold(accuracy_threshold)
-        if isinstance(num_runs_per_param, bool) or not isinstance(num_runs_per_param, int) or num_runs_per_param < 1:
-            raise ValueError(f"SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got {num_runs_per_param!r}")
+        positive_int(num_runs_per_param, "num_runs_per_param", "SKAutoTuner")
         if optimize is not None and threshold is None:
             warnings.warn("SKAutoTuner: optmization_eval_func is used only with an accuracy_threshold (Panther's "
                           "rule); with accuracy_threshold=None the most accurate setting is chosen and it is never "
