@@ -16,7 +16,7 @@ from sketchcore._ranks import aligned_ranks, factored_size, largest_saving_rank,
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
 from sketchcore.torch._common import positive_int
 from sketchcore.torch.compress import _convert_linear, _whitened
-from sketchcore.tuner._params import choices
+from sketchcore.tuner._params import grid
 
 #: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
 #: ``"class_path"``) and its parameters; ``nn.Linear`` also names the class ``params="auto"``
@@ -92,14 +92,8 @@ def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(f"SKAutoTuner: layer {name!r} ({kind}): params: expected keys among {allowed}, got {unknown}")
-    lists = {}
-    for key, spec in params.items():
-        values = choices(spec, key)
-        if values is None:
-            raise ValueError(f"SKAutoTuner: params: {key}: a continuous Float has no finite set of layer sizes; "
-                             "expected a list, Categorical, Int or a Float with step")
-        lists[key] = values
-    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+    return grid(params, "SKAutoTuner: params: {name}: a continuous Float has no finite set of layer sizes; "
+                        "expected a list, Categorical, Int or a Float with step")
 
 
 def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,

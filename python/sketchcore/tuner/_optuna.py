@@ -137,10 +137,6 @@ class OptunaSearch(SearchAlgorithm):
         """Whether ``n_trials`` trials were asked, or a ``GridSampler`` tried its whole grid."""
         return self._count >= self.n_trials or self._exhausted
 
-    def reset(self) -> None:
-        """Starts over with a fresh study on the same space (Panther's ``reset``)."""
-        self.initialize(getattr(self, "param_space", {}))
-
     def get_trials_dataframe(self) -> Any:
         """``study.trials_dataframe()``, or None before :meth:`initialize`."""
         return None if self._study is None else self._study.trials_dataframe()

@@ -2,9 +2,10 @@
 the finite choices the searches walk through."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 #: Int ranges up to this many values are expanded into choices (the spectral search walks them
 #: all without evaluating the model; black-box searches sample them).
@@ -177,6 +178,18 @@ def choices(spec: object, name: str) -> Optional[list[Any]]:
             raise ValueError(f"params: {name}: expected at least one value, got an empty list")
         return list(spec)
     raise TypeError(f"params: {name}: expected a list, Categorical, Int or Float, got {type(spec).__name__}")
+
+
+def grid(space: Mapping[str, Any], continuous: str) -> list[dict[str, Any]]:
+    """Every combination of the space's values, in order; ValueError ``continuous`` (formatted with
+    ``name``) for a continuous Float."""
+    lists = {}
+    for name, spec in space.items():
+        values = choices(spec, name)
+        if values is None:
+            raise ValueError(continuous.format(name=name))
+        lists[name] = values
+    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
 
 
 def get_param_choices(spec: object) -> Optional[list[Any]]:

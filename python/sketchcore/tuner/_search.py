@@ -2,14 +2,13 @@
 two plain searches over it: every trial is one full evaluation of the model."""
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 import random
 from typing import Any, Mapping, Optional, Union
 
 from sketchcore.torch._common import positive_int
-from sketchcore.tuner._params import Float, Int, choices
+from sketchcore.tuner._params import Float, Int, choices, grid
 
 _STATE_FORMAT = "sketchcore.tuner.search/1"
 
@@ -202,13 +201,8 @@ class GridSearch(SearchAlgorithm):
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
         super().initialize(param_space)
-        lists = {}
-        for name, spec in self.param_space.items():
-            values = choices(spec, name)
-            if values is None:
-                raise ValueError(f"GridSearch: {name}: a continuous Float has no grid; expected a list or a step")
-            lists[name] = values
-        self._grid = [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+        self._grid = grid(self.param_space, "GridSearch: {name}: a continuous Float has no grid; expected a list or "
+                                            "a step")
         self._position = 0
 
     def get_next_params(self) -> Optional[dict[str, Any]]:

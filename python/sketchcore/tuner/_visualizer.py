@@ -51,6 +51,8 @@ def _count(module: nn.Module, recurse: bool) -> tuple[int, int]:
 
 
 def _nodes(model: nn.Module, root_name: str, max_depth: Optional[int]) -> list[_Node]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
     nodes: list[_Node] = []
 
     def walk(name: str, module: nn.Module, depth: int, prefix: str, indent: str) -> None:
@@ -120,8 +122,6 @@ class ModelVisualizer:
         ------
         TypeError
             ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``."""
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
         return "\n".join(_line(node) for node in _nodes(model, root_name, max_depth))
 
     @staticmethod
@@ -140,8 +140,6 @@ class ModelVisualizer:
         except ImportError:
             raise ImportError("ModelVisualizer.plot_module_tree needs matplotlib, an optional dependency: "
                               "pip install matplotlib") from None
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
         nodes = _nodes(model, root_name, max_depth)
         if ax is None:
             figure = Figure(figsize=(12, 0.28 * len(nodes) + 0.8))
