@@ -13,8 +13,7 @@ from sketchcore.tuner._spectral import Assignment, Unit
 
 
 def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
-    """The space the search walks for ``unit``: the config's params as written; for "auto", the
-    unit's own settings (its ranks), which "auto" spaces too large to expand still list exactly."""
+    """The config's params as written; for "auto", the unit's own settings (listed exactly)."""
     if not config._auto:
         return dict(config.params)
     keys = list(dict.fromkeys(k for o in unit.options for k in o.params))
@@ -22,8 +21,7 @@ def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
 
 
 def _index(unit: Unit, params: Mapping[str, Any]) -> Optional[int]:
-    """The option of ``unit`` with these parameters (numbers compared with a tolerance: a
-    stepped Float from Optuna may differ from our grid in the last bit)."""
+    """The option of ``unit`` with these parameters (floats compared with a tolerance: Optuna's)."""
     def same(a: Any, b: Any) -> bool:
         if isinstance(a, float) or isinstance(b, float):
             return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)

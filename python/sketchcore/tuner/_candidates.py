@@ -1,8 +1,5 @@
-"""What each layer can become: Panther's layer-type mapping (Linear → SKLinear or LowRankLinear,
-Conv2d → SKConv2d, MultiheadAttention → RandMultiHeadAttention), the candidates of a search space
-with their stored size and, for the low-rank ones, their relative error read off a singular
-spectrum — the error-vs-size curve, known without evaluating the model. The layers are built by
-conversion's own code (``sketchcore.torch.compress._convert_linear``, ``SKConv2d.fromTorch``)."""
+"""What each layer can become (Panther's layer-type mapping), each candidate's size and, from a
+singular spectrum, its error; built by conversion's own code."""
 from __future__ import annotations
 
 import itertools
@@ -18,9 +15,7 @@ from sketchcore.torch._common import positive_int
 from sketchcore.torch.compress import _convert_linear, _whitened
 from sketchcore.tuner._params import grid
 
-#: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
-#: ``"class_path"``) and its parameters; ``nn.Linear`` also names the class ``params="auto"``
-#: builds (``"auto"``: LowRankLinear, with ``"auto_params"``).
+#: Panther's LAYER_TYPE_MAPPING (documented on docs/api/tuner.md).
 LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
     nn.Linear: {"class": SKLinear, "class_path": "sketchcore.torch.SKLinear", "params": ["num_terms", "low_rank"],
                 "auto": LowRankLinear, "auto_params": ["rank"]},

@@ -1,6 +1,4 @@
-"""``OptunaSearch``: Panther's default black-box search (TPE through Optuna, an optional
-dependency: ``pip install optuna``), with Panther's extras: the ``study``, its trials as a
-DataFrame, user attributes, pruning hooks, and saving/loading the search's state."""
+"""``OptunaSearch``: Panther's default black-box search (TPE through Optuna, an optional dependency)."""
 from __future__ import annotations
 
 import copy

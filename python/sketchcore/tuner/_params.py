@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
-#: Int ranges up to this many values are expanded into choices (the spectral search walks them
-#: all without evaluating the model; black-box searches sample them).
+#: Int ranges up to this many values are expanded into choices.
 MAX_EXPANDED = 4096
 
 

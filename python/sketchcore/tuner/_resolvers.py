@@ -1,6 +1,5 @@
-"""Panther's two resolvers: ``LayerNameResolver`` (selectors → layer names) and
-``ParamsResolver`` (a config's ``params`` → explicit search spaces, ``"auto"`` included), as the
-tuner uses them (``tuner.resolver``/``tuner.getResolver()``, ``tuner.paramsResolver``)."""
+"""Panther's ``LayerNameResolver`` (selectors → layer names) and ``ParamsResolver`` (``params`` →
+explicit search spaces)."""
 from __future__ import annotations
 
 import warnings

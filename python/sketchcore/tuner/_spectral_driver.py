@@ -12,8 +12,7 @@ Evaluate = Callable[[Assignment], float]
 
 
 def _most_accurate(unit: Unit) -> int:
-    """The option expected to be the most accurate: the lowest weight error (the smallest such),
-    or the largest option where no spectrum applies."""
+    """The option of lowest error (the smallest such), or the largest without a spectrum."""
     if all(o.error is not None for o in unit.options):
         return min(range(len(unit.options)), key=lambda j: (unit.options[j].error, unit.options[j].size))
     return len(unit.options) - 1
@@ -74,8 +73,7 @@ def _most_accurate_model(evaluator: Evaluator, search: SpectralSearch, evaluate:
 
 
 def _pick(evaluator: Evaluator, feasible: list[Assignment]) -> Assignment:
-    """The smallest feasible model, or the one ``optmization_eval_func`` scores highest (ties:
-    the smaller one); its value becomes the rows' ``speed`` and ``score``."""
+    """The smallest feasible model, or the one ``optmization_eval_func`` scores highest (ties: smaller)."""
     if evaluator.optimize is None:
         return min(feasible, key=evaluator.size)
     scored = []

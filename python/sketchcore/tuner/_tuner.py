@@ -276,12 +276,10 @@ class SKAutoTuner:
         return self.model
 
     def get_results_dataframe(self) -> Any:
-        """One row per (evaluation, layer or ``separate=False`` group), a pandas DataFrame (a list
-        of dicts without pandas; empty before :meth:`tune`): ``layer_name`` (a group's names
-        joined by "_"), Panther's ``num_terms`` and ``low_rank``, the other parameters
-        (``rank``, ...; empty for a dense layer) and the columns of ``results``. ``score`` is what
-        the search maximized: the accuracy without a threshold; with one, −∞ below it, else the
-        optimization function's value or minus the stored size."""
+        """``results`` as a pandas DataFrame (a list of dicts without pandas), a row per evaluation
+        and layer or group: ``layer_name``, ``num_terms``, ``low_rank``, the other parameters, then
+        ``results``' columns. ``score``: the accuracy without a threshold; with one, −∞ below it,
+        else the optimization function's value or minus the stored size."""
         rows = table_rows(self.results)
         try:
             import pandas as pd
