@@ -57,8 +57,7 @@ class LayerConfig:
     ValueError: LayerConfig: params: expected at least one parameter, got an empty dict
     """
 
-    #: True for a config the tuner resolved from ``params="auto"``: its ``params`` show the
-    #: explicit space, and it is still searched (and replaced without tuning) as "auto".
+    #: True for a config resolved from "auto": ``params`` shows the space, still searched as "auto".
     _auto = False
 
     def __init__(self, layer_names: LayerSelector, params: ParamsArg = "auto", separate: bool = True,

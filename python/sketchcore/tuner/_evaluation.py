@@ -39,8 +39,7 @@ class Evaluator:
         self.set_units([])
 
     def set_units(self, units: list[Unit]) -> None:
-        """What the evaluations assign settings to (the dense model is measured before the
-        units exist: its evaluation captures the Gram matrices they are built from)."""
+        """The units (set after the dense evaluation, which captures the Grams they are built from)."""
         self.units, self.dense = units, tuple(None for _ in units)
         self._built: dict[tuple[int, int], list[nn.Module]] = {}
         self.evaluation_of: dict[Assignment, int] = {}

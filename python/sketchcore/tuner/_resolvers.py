@@ -14,8 +14,7 @@ from sketchcore.tuner._select import resolve
 
 
 def _shape_key(layer: nn.Module) -> tuple[Any, ...]:
-    """Layers "auto" groups together (Panther's rule): the same type and weight shape (attention:
-    the same width and heads)."""
+    """Layers "auto" groups together (Panther's rule): same type and weight shape (or width, heads)."""
     if isinstance(layer, nn.MultiheadAttention):
         return (type(layer), layer.embed_dim, layer.num_heads)
     weight = getattr(layer, "weight", None)

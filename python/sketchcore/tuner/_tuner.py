@@ -187,11 +187,9 @@ class SKAutoTuner:
 
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
-        """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
-        dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format).
-
-        The model is left dense; the attributes above are filled in. A first score that looks like
-        a fraction against a percentage threshold warns.
+        """Searches and returns ``best_params`` (a None ``"params"``: keep dense), filling in the
+        attributes above; the model is left dense. A first score that looks like a fraction
+        against a percentage threshold (or the reverse) warns.
 
         Raises
         ------
