@@ -1,30 +1,11 @@
 """Accuracy-driven choice of sketched layers: Panther's ``SKAutoTuner`` API (``LayerConfig``,
 ``TuningConfigs``, ``Categorical``/``Int``/``Float``, ``tune``, ``apply_best_params``, ...) with a
 default search that reads each layer's error-vs-size curve off its singular spectrum and spends
-model evaluations only to place the per-layer budgets (:class:`SpectralSearch`). Panther's
-black-box searches stay available (:class:`OptunaSearch` when Optuna is installed,
-:class:`RandomSearch`, :class:`GridSearch`).
+model evaluations only to place the per-layer budgets (:class:`SpectralSearch`), and Panther's
+black-box searches (:class:`OptunaSearch`, :class:`RandomSearch`, :class:`GridSearch`).
 
-``LAYER_TYPE_MAPPING`` (Panther's name) maps each dense layer type the tuner can replace
-(``nn.Linear``, ``nn.Conv2d``, ``nn.MultiheadAttention``) to its sketched class and that class's
-tunable parameters.
-
-With a real model, ``evaluate(model)`` returns its validation accuracy and the threshold is a
-little below the dense model's. Here a tiny model and an accuracy function that is always 1.0:
-
->>> import torch
->>> from torch import nn
->>> from sketchcore.tuner import LAYER_TYPE_MAPPING, LayerConfig, SKAutoTuner, TuningConfigs
->>> _ = torch.manual_seed(0)
->>> model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
->>> evaluate = lambda m: 1.0
->>> tuner = SKAutoTuner(model, TuningConfigs([LayerConfig({"type": "Linear"}, "auto")]),
-...                     accuracy_eval_func=evaluate, accuracy_threshold=evaluate(model) - 0.01)
->>> _ = tuner.tune(); model = tuner.apply_best_params()
->>> [type(layer).__name__ for layer in model]
-['LowRankLinear', 'ReLU', 'LowRankLinear']
->>> sorted(kind.__name__ for kind in LAYER_TYPE_MAPPING)
-['Conv2d', 'Linear', 'MultiheadAttention']
+With a real model, ``accuracy_eval_func(model)`` returns its validation accuracy and the threshold is
+a little below the dense model's; :class:`SKAutoTuner`'s example runs the whole loop on a tiny model.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Panther's black-box loop, for a :class:`SearchAlgorithm` (``OptunaSearch``, ``RandomSearch``,
-``GridSearch`` or the user's own): each unit (a layer, or a ``separate=False`` group) is searched
-on its own with the others dense, one evaluation per trial, over the config's own search space
-as the user wrote it (so a sampler built for that space, e.g. Optuna's ``GridSampler``, proposes
-values the space holds)."""
+"""Panther's black-box loop for a :class:`SearchAlgorithm`: each unit searched on its own, the others
+dense, one evaluation per trial, over the config's space as written (so that a sampler built for it,
+e.g. Optuna's ``GridSampler``, proposes values the space holds)."""
 from __future__ import annotations
 
 import math
@@ -15,8 +13,7 @@ from sketchcore.tuner._spectral import Assignment, Unit
 
 
 def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
-    """The space the search walks for ``unit``: the config's params as written; for "auto", the
-    unit's own settings (its ranks), which "auto" spaces too large to expand still list exactly."""
+    """The config's params as written; for "auto", the unit's own settings (listed exactly)."""
     if not config._auto:
         return dict(config.params)
     keys = list(dict.fromkeys(k for o in unit.options for k in o.params))
@@ -24,8 +21,7 @@ def _space(config: LayerConfig, unit: Unit) -> dict[str, Any]:
 
 
 def _index(unit: Unit, params: Mapping[str, Any]) -> Optional[int]:
-    """The option of ``unit`` with these parameters (numbers compared with a tolerance: a
-    stepped Float from Optuna may differ from our grid in the last bit)."""
+    """The option of ``unit`` with these parameters (floats compared with a tolerance: Optuna's)."""
     def same(a: Any, b: Any) -> bool:
         if isinstance(a, float) or isinstance(b, float):
             return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
@@ -38,11 +34,9 @@ def _index(unit: Unit, params: Mapping[str, Any]) -> Optional[int]:
 
 def black_box(evaluator: Evaluator, search: Any, configs: list[LayerConfig], verbose: bool
               ) -> tuple[Assignment, Optional[float]]:
-    """Per unit: ``initialize(space)``, then ``get_next_params``/``update(params, score)`` until
-    None, each trial scored by the evaluator's score rule with the other units dense. The best
-    score of each unit wins (the first of equals); a unit whose every trial misses the
-    threshold stays dense. Returns the assignment chosen and its accuracy (measured, stage
-    "final"; None when every unit stays dense)."""
+    """Per unit, the search's trials until it returns None; the best score wins (the first of
+    equals; dense when every trial misses the threshold). Returns the assignment and its measured
+    accuracy (None when every unit stays dense)."""
     units = evaluator.units
     best: list[Optional[int]] = [None] * len(units)
     for u, (unit, config) in enumerate(zip(units, configs)):

@@ -1,8 +1,5 @@
-"""What each layer can become: Panther's layer-type mapping (Linear → SKLinear or LowRankLinear,
-Conv2d → SKConv2d, MultiheadAttention → RandMultiHeadAttention), the candidates of a search space
-with their stored size and, for the low-rank ones, their relative error read off a singular
-spectrum — the error-vs-size curve, known without evaluating the model. The layers are built by
-conversion's own code (``sketchcore.torch.compress._convert_linear``, ``SKConv2d.fromTorch``)."""
+"""What each layer can become (Panther's layer-type mapping), each candidate's size and, from a
+singular spectrum, its error; built by conversion's own code."""
 from __future__ import annotations
 
 import itertools
@@ -14,12 +11,11 @@ from torch import nn
 
 from sketchcore._ranks import aligned_ranks, factored_size, largest_saving_rank, truncation_errors
 from sketchcore.torch import LowRankLinear, RandMultiHeadAttention, SKConv2d, SKLinear, make_performer
+from sketchcore.torch._common import positive_int
 from sketchcore.torch.compress import _convert_linear, _whitened
-from sketchcore.tuner._params import choices
+from sketchcore.tuner._params import grid
 
-#: Panther's LAYER_TYPE_MAPPING: per dense type, the sketched class (``"class"``, and Panther's
-#: ``"class_path"``) and its parameters; ``nn.Linear`` also names the class ``params="auto"``
-#: builds (``"auto"``: LowRankLinear, with ``"auto_params"``).
+#: Panther's LAYER_TYPE_MAPPING (documented on docs/api/tuner.md).
 LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
     nn.Linear: {"class": SKLinear, "class_path": "sketchcore.torch.SKLinear", "params": ["num_terms", "low_rank"],
                 "auto": LowRankLinear, "auto_params": ["rank"]},
@@ -30,10 +26,9 @@ LAYER_TYPE_MAPPING: dict[type, dict[str, Any]] = {
 
 
 def get_sketched_class(layer_type: type) -> type:
-    """The sketched class that replaces ``layer_type`` (Panther's function of the same name):
-    ``SKLinear`` for ``nn.Linear``, ``SKConv2d`` for ``nn.Conv2d``, ``RandMultiHeadAttention`` for
-    ``nn.MultiheadAttention``; ValueError ``"get_sketched_class: layer_type: expected one of
-    ['Linear', 'Conv2d', 'MultiheadAttention'], got ..."`` for another type."""
+    """``LAYER_TYPE_MAPPING[layer_type]["class"]`` (Panther's function); ValueError
+    ``"get_sketched_class: layer_type: expected one of ['Linear', 'Conv2d', 'MultiheadAttention'],
+    got ..."`` for another type."""
     if layer_type not in LAYER_TYPE_MAPPING:
         raise ValueError(f"get_sketched_class: layer_type: expected one of {[k.__name__ for k in LAYER_TYPE_MAPPING]}, "
                          f"got {getattr(layer_type, '__name__', repr(layer_type))}")
@@ -68,13 +63,8 @@ def _supported(layer: nn.Module, name: str) -> dict[str, Any]:
 
 
 class _Curve:
-    """The error of every rank of a layer M (fan-in × fan-out) and the factors that reach it, as
-    conversion computes them. With ``gram`` = XᵀX of a Linear's inputs: the whitened truncation
-    (``sketchcore.torch.compress._whitened``), whose error is the output's ‖X(M − M_r)‖_F / ‖X M‖_F —
-    comparable across layers, unlike the weight error — and whose factors the candidates get.
-    A Conv2d's ``gram`` (of its patches) weighs the weight SVD's directions by the energy of
-    the outputs, √(Σ_{i>r} σ_i² a_iᵀ G a_i / Σ_i σ_i² a_iᵀ G a_i) (its factors stay the weight
-    SVD's). Without: the weight error."""
+    """The error of every rank of a layer M (fan-in × fan-out), and for a Linear with ``gram`` the
+    whitened factors that reach it (the formulas: ``DEVNOTES.md``)."""
 
     def __init__(self, M: torch.Tensor, gram: Optional[torch.Tensor], whiten: bool) -> None:
         M64 = M.detach().to("cpu", torch.float64)
@@ -97,22 +87,14 @@ def _grid(params: Mapping[str, Any], allowed: list[str], name: str, kind: str) -
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(f"SKAutoTuner: layer {name!r} ({kind}): params: expected keys among {allowed}, got {unknown}")
-    lists = {}
-    for key, spec in params.items():
-        values = choices(spec, key)
-        if values is None:
-            raise ValueError(f"SKAutoTuner: params: {key}: a continuous Float has no finite set of layer sizes; "
-                             "expected a list, Categorical, Int or a Float with step")
-        lists[key] = values
-    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+    return grid(params, "SKAutoTuner: params: {name}: a continuous Float has no finite set of layer sizes; "
+                        "expected a list, Categorical, Int or a Float with step")
 
 
 def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
                gram: Optional[torch.Tensor] = None) -> list[Candidate]:
-    """The candidates for ``layer`` under ``params`` ("auto" or a dict), smallest first. "auto"
-    keeps only the settings that store fewer numbers than the dense layer; an explicit dict is
-    searched as given (Panther builds a setting larger than the dense layer too). ``gram``: the
-    Gram matrix of the layer's inputs (patches for a Conv2d), for output-error curves."""
+    """The candidates for ``layer`` under ``params``, smallest first ("auto": only those storing
+    fewer numbers than the layer). ``gram``: XᵀX of its inputs (patches), for output-error curves."""
     entry = _supported(layer, name)
     dense = stored(layer)
     if isinstance(layer, nn.MultiheadAttention):
@@ -152,11 +134,8 @@ def candidates(layer: nn.Module, name: str, params: Any, copy_weights: bool,
 
 
 def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
-    """What ``params="auto"`` searches for ``layer``, as an explicit search space (for
-    ``getConfigs()``): every LowRankLinear rank of an ``nn.Linear`` that stores fewer numbers than
-    the layer, every such SKConv2d ``low_rank`` of one term, a few Performer feature counts. None
-    when no setting stores fewer numbers. Ranks are those the GPU kernels like (multiples of 64
-    from 256, of 16 from 16, every rank of a layer narrower than 16: ``sketchcore._ranks``)."""
+    """What ``params="auto"`` searches for ``layer`` as an explicit space (None when no setting
+    stores fewer numbers); ranks are those the GPU kernels like (``sketchcore._ranks``)."""
     found = candidates(layer, name, "auto", copy_weights=False)
     if not found:
         return None
@@ -168,10 +147,7 @@ def auto_space(layer: nn.Module, name: str) -> Optional[dict[str, Any]]:
 
 
 def _positive(setting: Mapping[str, Any], key: str, name: str) -> int:
-    value = setting[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"SKAutoTuner: layer {name!r}: params: {key}: expected an integer ≥ 1, got {value!r}")
-    return value
+    return positive_int(setting[key], key, f"SKAutoTuner: layer {name!r}: params")
 
 
 def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: bool, name: str) -> tuple[int, int]:
@@ -196,8 +172,8 @@ def _rank_and_size(setting: Mapping[str, Any], shape: tuple[int, ...], bias: boo
 
 def _builder(layer: nn.Module, setting: Mapping[str, Any], copy_weights: bool,
              Vt: Optional[torch.Tensor]) -> Callable[[], nn.Module]:
-    """How to build the setting: from the trained layer by conversion's own code (``Vt``: the
-    whitened output directions, or None for the weight's SVD), or fresh (``copy_weights=False``)."""
+    """Builds the setting from the trained layer by conversion's code (``Vt``: whitened output
+    directions, None for the weight's SVD), or fresh."""
     setting = dict(setting)
 
     def build() -> nn.Module:

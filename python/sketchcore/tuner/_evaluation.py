@@ -1,6 +1,5 @@
-"""The evaluator one ``tune()`` creates: it installs an assignment of settings into the model,
-calls the user's functions (each value checked), scores the result by the one score rule and
-writes the results log."""
+"""The evaluator one ``tune()`` creates: installs assignments, calls the user's functions, scores
+and logs."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -27,9 +26,8 @@ def built(candidate: Any, dense: nn.Module) -> nn.Module:
 
 
 class Evaluator:
-    """Evaluations of one ``tune()`` over its units: what the model is with an assignment
-    installed, how large, how accurate, how it scores. ``threshold`` is the tuner's
-    ``accuracy_threshold``; ``"dense"`` becomes a number once :meth:`measure_dense` ran."""
+    """One ``tune()``'s evaluations: the model with an assignment installed, its size, accuracy and
+    score. A ``"dense"`` threshold becomes a number once :meth:`measure_dense` ran."""
 
     def __init__(self, model: nn.Module, layer_map: dict[str, nn.Module], accuracy: Callable[..., Any],
                  optimize: Optional[Callable[..., Any]], runs: int, threshold: Threshold, log: ResultsLog) -> None:
@@ -41,8 +39,7 @@ class Evaluator:
         self.set_units([])
 
     def set_units(self, units: list[Unit]) -> None:
-        """What the evaluations assign settings to (the dense model is measured before the
-        units exist: its evaluation captures the Gram matrices they are built from)."""
+        """The units (set after the dense evaluation, which captures the Grams they are built from)."""
         self.units, self.dense = units, tuple(None for _ in units)
         self._built: dict[tuple[int, int], list[nn.Module]] = {}
         self.evaluation_of: dict[Assignment, int] = {}
@@ -69,8 +66,7 @@ class Evaluator:
         return self.threshold is None or accuracy >= self.threshold
 
     def call(self, resource: Any = None) -> float:
-        """The mean of ``runs`` calls of the accuracy function on the model as it is (with
-        ``resource=`` when a search hands one out, as Panther's hyperband hook)."""
+        """The mean of ``runs`` accuracy calls (``resource=``: Panther's hyperband hook)."""
         scores = []
         for _ in range(self.runs):
             value = (self.accuracy_fn(self.model) if resource is None
@@ -113,9 +109,8 @@ class Evaluator:
 
     def score(self, assignment: Assignment, accuracy: float,
               measure_speed: bool = False) -> tuple[float, Optional[float]]:
-        """The score rule, (score, speed): the accuracy without a threshold (Panther's); with
-        one, −∞ below it, else ``optmization_eval_func``'s value when ``measure_speed`` and the
-        function is given, else minus the model's stored size (the smallest model meeting it)."""
+        """(score, speed) by the score rule of ``SKAutoTuner.get_results_dataframe``; the
+        optimization function is called only with ``measure_speed``."""
         if self.threshold is None:
             return accuracy, None
         if not self.meets(accuracy):

@@ -1,38 +1,26 @@
-"""``OptunaSearch``: Panther's default black-box search (TPE through Optuna, an optional
-dependency: ``pip install optuna``), with Panther's extras: the ``study``, its trials as a
-DataFrame, user attributes, pruning hooks, and saving/loading the search's state."""
+"""``OptunaSearch``: Panther's default black-box search (TPE through Optuna, an optional dependency)."""
 from __future__ import annotations
 
 import copy
 from typing import Any, Mapping, Optional
 
 from sketchcore.tuner._params import Float, Int, choices
-from sketchcore.tuner._search import SearchAlgorithm, _check_trials
+from sketchcore.torch._common import positive_int
+from sketchcore.tuner._search import SearchAlgorithm
 
 
 class OptunaSearch(SearchAlgorithm):
-    """``n_trials`` trials of an Optuna study per :meth:`initialize` (TPE sampler, seeded by
-    ``seed``, unless ``sampler`` is given). Raises ImportError with the install command when
-    Optuna is absent.
-
-    The tuner initializes the search once per layer (or ``separate=False`` group): each time a
-    new study is made, named ``study_name`` the first time and ``study_name_1``, ``study_name_2``,
-    ... after, so a persistent ``storage`` holds one study per layer (Panther reused one name,
-    which a storage refuses) and ``load_if_exists`` resumes each. ``study`` is the latest,
-    ``studies`` all of them; each study after the first gets a fresh copy of the sampler as it
-    was given (a sampler learns one study). An infeasible trial (score −∞) is told as that value, as in
-    Panther. With Optuna's ``GridSampler`` the search finishes once every grid point was tried,
-    as ``study.optimize`` would stop. :meth:`save_state` writes the space, counts, best result,
-    study name and storage: with a ``storage`` the study itself is in it and :meth:`load_state`
-    reloads it from there; without one its trials are not saved (as in Panther) and a fresh
-    study goes on.
+    """``n_trials`` trials of a new Optuna study per :meth:`initialize` (once per layer or group),
+    named ``study_name``, then ``study_name_1``, ``study_name_2``, ... so that a ``storage`` holds
+    one study per layer. :meth:`load_state` reloads the study from a ``storage``; without one a
+    fresh study goes on (as in Panther).
 
     Parameters
     ----------
     n_trials : int, default 100
         Trials per :meth:`initialize`, ≥ 1.
     sampler : optuna.samplers.BaseSampler, optional
-        Optuna sampler; default ``TPESampler(seed=seed)``.
+        Default ``TPESampler(seed=seed)``; each study after the first gets a fresh copy.
     direction : {"maximize", "minimize"}, default "maximize"
         The study's direction (the tuner's scores are to be maximized).
     study_name, storage : str, optional
@@ -78,7 +66,7 @@ class OptunaSearch(SearchAlgorithm):
         if direction not in ("maximize", "minimize"):
             raise ValueError(f"OptunaSearch: direction: expected 'maximize' or 'minimize', got {direction!r}")
         self._optuna = optuna
-        self.n_trials = _check_trials(n_trials, "OptunaSearch")
+        self.n_trials = positive_int(n_trials, "n_trials", "OptunaSearch")
         self.sampler = sampler if sampler is not None else optuna.samplers.TPESampler(seed=seed)
         try:  # samplers cache what they learn of one study (TPE refuses a second): later studies get fresh copies
             self._pristine: Any = copy.deepcopy(self.sampler)
@@ -94,13 +82,10 @@ class OptunaSearch(SearchAlgorithm):
 
     @property
     def study(self) -> Any:
-        """The Optuna study of the latest :meth:`initialize` (None before), for Optuna's own
-        analysis and plots (``optuna.visualization``)."""
+        """The Optuna study of the latest :meth:`initialize` (None before)."""
         return self._study
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Makes a new Optuna study over ``param_space`` (named as in the class description);
-        see the class example."""
         super().initialize(param_space)
         self._optuna.logging.set_verbosity(self._optuna.logging.WARNING)
         name = self.study_name if not self.studies else f"{self.study_name}_{len(self.studies)}"
@@ -123,13 +108,7 @@ class OptunaSearch(SearchAlgorithm):
                                "first")
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """Asks the study for the next trial's parameters, or None once finished; see the class
-        example.
-
-        Raises
-        ------
-        RuntimeError
-            Before :meth:`initialize`."""
+        """The next trial's parameters, or None once finished (RuntimeError before :meth:`initialize`)."""
         self._ready("get_next_params")
         if self.is_finished():
             return None
@@ -138,13 +117,8 @@ class OptunaSearch(SearchAlgorithm):
         return {name: self._suggest(self._trial, name, spec) for name, spec in self.param_space.items()}
 
     def update(self, params: Mapping[str, Any], score: float) -> None:
-        """Records the score and tells the study; see the class example.
-
-        Raises
-        ------
-        RuntimeError
-            Before :meth:`initialize`, or without a pending trial (call :meth:`get_next_params`
-            first)."""
+        """Records the score and tells the study (RuntimeError before :meth:`initialize` or
+        without a pending trial)."""
         self._ready("update")
         if self._trial is None:
             raise RuntimeError("OptunaSearch.update: no pending trial; call get_next_params() first")
@@ -158,17 +132,11 @@ class OptunaSearch(SearchAlgorithm):
             self._exhausted = True
 
     def is_finished(self) -> bool:
-        """Whether ``n_trials`` trials were asked, or a ``GridSampler`` tried its whole grid; see
-        the class example."""
+        """Whether ``n_trials`` trials were asked, or a ``GridSampler`` tried its whole grid."""
         return self._count >= self.n_trials or self._exhausted
 
-    def reset(self) -> None:
-        """Starts over with a fresh study on the same space (Panther's ``reset``)."""
-        self.initialize(getattr(self, "param_space", {}))
-
     def get_trials_dataframe(self) -> Any:
-        """The current study's trials as a pandas DataFrame (``study.trials_dataframe()``), or
-        None before :meth:`initialize`; see the class example."""
+        """``study.trials_dataframe()``, or None before :meth:`initialize`."""
         return None if self._study is None else self._study.trials_dataframe()
 
     def set_user_attr(self, key: str, value: Any) -> None:
@@ -177,14 +145,12 @@ class OptunaSearch(SearchAlgorithm):
             self._trial.set_user_attr(key, value)
 
     def report_intermediate(self, value: float, step: int) -> None:
-        """Reports an intermediate value of the pending trial, for Optuna's pruners (none
-        pending: nothing happens)."""
+        """Reports an intermediate value of the pending trial to the pruner (none: nothing happens)."""
         if self._trial is not None:
             self._trial.report(value, step)
 
     def should_prune(self) -> bool:
-        """Whether the study's pruner would stop the pending trial (False when none is pending);
-        see :meth:`report_intermediate`."""
+        """Whether the study's pruner would stop the pending trial (False when none is pending)."""
         return bool(self._trial.should_prune()) if self._trial is not None else False
 
     def _state(self) -> dict[str, Any]:

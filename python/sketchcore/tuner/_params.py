@@ -2,12 +2,12 @@
 the finite choices the searches walk through."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
-#: Int ranges up to this many values are expanded into choices (the spectral search walks them
-#: all without evaluating the model; black-box searches sample them).
+#: Int ranges up to this many values are expanded into choices.
 MAX_EXPANDED = 4096
 
 
@@ -18,6 +18,13 @@ def _number(value: object, name: str, where: str, integer: bool) -> None:
         raise TypeError(f"{where}: {name}: expected {expected}, got {type(value).__name__} {value!r}")
     if not integer and not math.isfinite(value):  # type: ignore[arg-type]
         raise ValueError(f"{where}: {name}: expected a finite number, got {value!r}")
+
+
+def _check_range(where: str, low: float, high: float, log: bool) -> None:
+    if low > high:
+        raise ValueError(f"{where}: high: expected ≥ low = {low}, got {high}")
+    if log and low <= 0:
+        raise ValueError(f"{where}: low: expected > 0 with log=True, got {low}")
 
 
 @dataclass
@@ -60,10 +67,8 @@ class Categorical:
 
 @dataclass
 class Int:
-    """An integer in [low, high] (inclusive) on a grid of ``step``.
-
-    ``log`` asks samplers for log-uniform draws (needs low > 0). Searches expand ranges of up to
-    4096 values into choices.
+    """An integer in [low, high] (inclusive) on a grid of ``step``; searches expand ranges of up
+    to 4096 values into choices.
 
     Parameters
     ----------
@@ -72,7 +77,7 @@ class Int:
     step : int, default 1
         Grid spacing ≥ 1 from ``low``.
     log : bool, default False
-        Log-uniform draws in :class:`RandomSearch`/:class:`OptunaSearch`.
+        Log-uniform draws in :class:`RandomSearch`/:class:`OptunaSearch` (needs low > 0).
 
     Raises
     ------
@@ -98,20 +103,15 @@ class Int:
     def __post_init__(self) -> None:
         for name in ("low", "high", "step"):
             _number(getattr(self, name), name, "Int", integer=True)
-        if self.low > self.high:
-            raise ValueError(f"Int: high: expected ≥ low = {self.low}, got {self.high}")
+        _check_range("Int", self.low, self.high, self.log)
         if self.step < 1:
             raise ValueError(f"Int: step: expected an integer ≥ 1, got {self.step}")
-        if self.log and self.low <= 0:
-            raise ValueError(f"Int: low: expected > 0 with log=True, got {self.low}")
 
 
 @dataclass
 class Float:
-    """A real number in [low, high]; ``step`` makes it a grid, ``log`` asks for log-uniform draws.
-
-    A Float without ``step`` is continuous: :class:`GridSearch` rejects it, and the default
-    :class:`SpectralSearch` has no choices to walk for it.
+    """A real number in [low, high]; without ``step`` it is continuous (no grid for
+    :class:`GridSearch` or :class:`SpectralSearch`).
 
     Parameters
     ----------
@@ -147,14 +147,11 @@ class Float:
     def __post_init__(self) -> None:
         _number(self.low, "low", "Float", integer=False)
         _number(self.high, "high", "Float", integer=False)
-        if self.low > self.high:
-            raise ValueError(f"Float: high: expected ≥ low = {self.low}, got {self.high}")
+        _check_range("Float", self.low, self.high, self.log)
         if self.step is not None:
             _number(self.step, "step", "Float", integer=False)
             if self.step <= 0:
                 raise ValueError(f"Float: step: expected > 0, got {self.step}")
-        if self.log and self.low <= 0:
-            raise ValueError(f"Float: low: expected > 0 with log=True, got {self.low}")
 
 
 ParamSpec = Union[Categorical, Int, Float, Sequence[Any]]
@@ -182,20 +179,22 @@ def choices(spec: object, name: str) -> Optional[list[Any]]:
     raise TypeError(f"params: {name}: expected a list, Categorical, Int or Float, got {type(spec).__name__}")
 
 
+def grid(space: Mapping[str, Any], continuous: str) -> list[dict[str, Any]]:
+    """Every combination of the space's values, in order; ValueError ``continuous`` (formatted with
+    ``name``) for a continuous Float."""
+    lists = {}
+    for name, spec in space.items():
+        values = choices(spec, name)
+        if values is None:
+            raise ValueError(continuous.format(name=name))
+        lists[name] = values
+    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+
+
 def get_param_choices(spec: object) -> Optional[list[Any]]:
-    """The finite choices of a parameter specification, or None where there is no finite list
-    (a continuous Float, a range of more than 4096 values, or something that is not a
-    specification). Panther's function; Panther stops expanding at 100 values.
-
-    Parameters
-    ----------
-    spec : list, Categorical, Int or Float
-        The specification.
-
-    Returns
-    -------
-    list or None
-        The values, in order."""
+    """The values of ``spec`` (list, Categorical, Int or Float) in order, or None where there is
+    no finite list: a continuous Float, a range of more than 4096 values (Panther stops at 100),
+    or not a specification. Panther's function."""
     if not is_param_spec(spec):
         return None
     try:

@@ -1,6 +1,5 @@
-"""Panther's two resolvers: ``LayerNameResolver`` (selectors → layer names) and
-``ParamsResolver`` (a config's ``params`` → explicit search spaces, ``"auto"`` included), as the
-tuner uses them (``tuner.resolver``/``tuner.getResolver()``, ``tuner.paramsResolver``)."""
+"""Panther's ``LayerNameResolver`` (selectors → layer names) and ``ParamsResolver`` (``params`` →
+explicit search spaces)."""
 from __future__ import annotations
 
 import warnings
@@ -15,8 +14,7 @@ from sketchcore.tuner._select import resolve
 
 
 def _shape_key(layer: nn.Module) -> tuple[Any, ...]:
-    """Layers "auto" groups together (Panther's rule): the same type and weight shape (attention:
-    the same width and heads)."""
+    """Layers "auto" groups together (Panther's rule): same type and weight shape (or width, heads)."""
     if isinstance(layer, nn.MultiheadAttention):
         return (type(layer), layer.embed_dim, layer.num_heads)
     weight = getattr(layer, "weight", None)
@@ -28,10 +26,7 @@ def _layers(model: nn.Module, layer_map: Optional[Mapping[str, nn.Module]]) -> d
 
 
 class LayerNameResolver:
-    """Resolves Panther's layer selectors against a model's named modules.
-
-    A selector is a layer name or regular expression, a list of them, or a dict of ``pattern``,
-    ``type``, ``contains`` and then ``indices`` or ``range`` (see :class:`LayerConfig`).
+    """Resolves Panther's layer selectors (see :class:`LayerConfig`) against a model's named modules.
 
     Parameters
     ----------
@@ -54,25 +49,18 @@ class LayerNameResolver:
         self.layer_map = _layers(model, layer_map)
 
     def resolve(self, selectors: Any) -> list[str]:
-        """The names of the layers ``selectors`` (a name, a regular expression, a list of
-        them or a dict) picks, each once: in model order for names, regular expressions and
-        lists; sorted by name, then indexed, for a dict (Panther's order). ValueError when nothing
-        matches (``"LayerConfig: layer_names: no layer of the model matches ..."``) or for a
-        malformed selector; TypeError for a selector value of the wrong type."""
+        """The names of the layers ``selectors`` picks, each once: in model order, or for a dict
+        sorted by name, then indexed (Panther's order). ValueError when nothing matches
+        (``"LayerConfig: layer_names: no layer of the model matches ..."``) or for a malformed
+        selector; TypeError for a selector value of the wrong type."""
         return resolve(self.layer_map, selectors)
 
 
 class ParamsResolver:
-    """Turns a config's ``params`` into explicit search spaces, as Panther's ``ParamsResolver``.
-
-    ``"auto"`` becomes one config per group of layers of the same type and shape, whose
-    ``params`` are what "auto" searches for them (``{"rank": [16, 32, ...]}`` for an ``nn.Linear``:
-    every LowRankLinear rank the GPU kernels like — multiples of 64 from 256, of 16 from 16, all
-    ranks of a layer narrower than 16 — that stores fewer numbers; one-term SKConv2d ranks for an
-    ``nn.Conv2d``; Performer feature counts for attention). A layer without such a setting is
-    left out with a warning (it stays dense). An explicit dict is checked against each layer
-    (unknown keys, invalid values) and kept; a warning says when every setting stores more numbers
-    than a Linear/Conv2d layer (Panther builds them; they cannot make the layer smaller).
+    """Turns a config's ``params`` into explicit search spaces (Panther's ``ParamsResolver``):
+    ``"auto"`` becomes one config per group of same-type, same-shape layers with the space it
+    searches (a layer with no setting that saves numbers is left out with a warning); an explicit
+    dict is checked against each layer and kept (a warning when no setting saves numbers).
 
     Parameters
     ----------
@@ -100,11 +88,9 @@ class ParamsResolver:
         self.verbose = bool(verbose)
 
     def resolve(self, config: LayerConfig) -> TuningConfigs:
-        """The config with explicit ``params``, ``layer_names`` a list of names (several
-        configs for ``"auto"``; none when no selected layer has a setting that saves numbers).
-        TypeError for a selected layer of an unsupported type; ValueError for a selector that
-        matches nothing or ``params`` a layer does not accept (``"SKAutoTuner: layer '...'
-        (Linear): params: expected keys among [...]"``, ...)."""
+        """The config with explicit ``params`` and a list of names (several for ``"auto"``, or
+        none). TypeError for a layer of an unsupported type; ValueError for a selector matching
+        nothing or ``params`` a layer does not accept (``"SKAutoTuner: layer '...' ..."``)."""
         names = config.layer_names
         if not (isinstance(names, list) and all(isinstance(n, str) and n in self.layer_map for n in names)):
             names = resolve(self.layer_map, names)

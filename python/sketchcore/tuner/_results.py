@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-#: Panther's parameter columns, present in every results table (empty where a layer class has
-#: no such parameter, e.g. the LowRankLinear that params="auto" chooses for an nn.Linear).
+#: Panther's parameter columns, in every results table (empty for e.g. a LowRankLinear).
 PANTHER_COLUMNS = ("num_terms", "low_rank")
 _ROW_KEYS = ("layer_class", "score", "accuracy", "speed", "parameters", "evaluation")
 

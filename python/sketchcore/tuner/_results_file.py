@@ -66,10 +66,7 @@ def _saved_tensors(entry: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
 
 def save(path: str, results: dict[str, Any], best_params: dict[str, dict[str, Any]], configs: Any,
          extra: dict[str, Any]) -> None:
-    """Writes a pickle of Panther's layout (``.pkl``/``.pickle``: the chosen layers as modules,
-    the configs as objects) or JSON of the same with the chosen layers' tensors as lists instead
-    of the modules; ``extra`` (history, evaluations, accuracies) goes in either. Parent
-    directories are created."""
+    """``SKAutoTuner.save_tuning_results``'s file; ``extra``: history, evaluations, accuracies."""
     as_pickle = _is_pickle(path)
     best = {name: {"params": d["params"], "copy_weights": d["copy_weights"],
                    **({"best_layer": d.get("best_layer")} if as_pickle else _tensor_lists(d.get("best_layer")))}
@@ -88,9 +85,8 @@ def save(path: str, results: dict[str, Any], best_params: dict[str, dict[str, An
 
 
 def load(path: str, selected: dict[str, bool], layer_map: dict[str, nn.Module]) -> dict[str, Any]:
-    """The file's data with ``best_params`` rebuilt from ``layer_map`` (each chosen layer from
-    its params, the saved tensors loaded where they fit); ``selected``: the layers the tuner's
-    configs select, with their ``copy_weights``."""
+    """The file's data, ``best_params`` rebuilt from ``layer_map``; ``selected``: the configs'
+    layers with their ``copy_weights``."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"SKAutoTuner.load_tuning_results: file_path: {path!r} not found")
     data, pickled = _read(path)

@@ -1,6 +1,5 @@
-"""Reading tuning results and search states from pickles — ours and Panther's — without running
-arbitrary code: an unpickler that builds only the tuner's classes, sketchcore's layers, torch
-tensors and a few containers, and stands in for Panther's classes (which need not be installed)."""
+"""Reading pickles (ours and Panther's) without running arbitrary code: only the tuner's classes,
+sketchcore's layers, tensors and a few containers are built; Panther's classes get stand-ins."""
 from __future__ import annotations
 
 import io

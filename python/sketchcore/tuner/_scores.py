@@ -1,6 +1,4 @@
-"""Checks on what the user's functions return and on the threshold they set: a score must be one
-finite real number, and a threshold on another scale than the scores (a fraction against a
-percentage) is worth a warning before a whole search runs against it."""
+"""Checks on the user's scores (one finite real number each) and threshold (its scale included)."""
 from __future__ import annotations
 
 import math

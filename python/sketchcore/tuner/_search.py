@@ -2,24 +2,21 @@
 two plain searches over it: every trial is one full evaluation of the model."""
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 import random
 from typing import Any, Mapping, Optional, Union
 
-from sketchcore.tuner._params import Float, Int, choices
+from sketchcore.torch._common import positive_int
+from sketchcore.tuner._params import Float, Int, choices, grid
 
 _STATE_FORMAT = "sketchcore.tuner.search/1"
 
 
 class SearchAlgorithm:
-    """Base class of black-box searches, Panther's interface: the tuner calls
-    :meth:`initialize` with a parameter space, then alternates :meth:`get_next_params` (None when
-    done) and :meth:`update` with the score (higher is better).
-
-    Subclasses implement :meth:`get_next_params` (and usually :meth:`initialize` and
-    :meth:`is_finished`); the base class keeps ``history``, ``best_params`` and ``best_score``.
+    """Base class of black-box searches (Panther's interface): :meth:`initialize` with a space,
+    then :meth:`get_next_params` (None when done) and :meth:`update` with the score (higher is
+    better) in turn. Subclasses implement :meth:`get_next_params`.
 
     Attributes
     ----------
@@ -60,23 +57,21 @@ class SearchAlgorithm:
         self.history: list[tuple[dict[str, Any], float]] = []
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next parameters to evaluate (name → value), or None when the search is done
-        (NotImplementedError in the base class: subclasses implement it)."""
+        """The next parameters to evaluate, or None when done (subclasses implement it)."""
         raise NotImplementedError
 
     def update(self, params: Mapping[str, Any], score: float) -> None:
-        """Records ``score`` (higher is better; ``-inf`` marks an infeasible trial) for
-        ``params``, updating the best result."""
+        """Records ``score`` for ``params`` (``-inf``: infeasible), updating the best result."""
         self.history.append((dict(params), float(score)))
         if self.best_score is None or score > self.best_score:
             self.best_params, self.best_score = dict(params), float(score)
 
     def get_best_params(self) -> Optional[dict[str, Any]]:
-        """The parameters of the highest score so far, or None before any :meth:`update`."""
+        """``best_params``."""
         return self.best_params
 
     def get_best_score(self) -> Optional[float]:
-        """The highest score so far, or None before any :meth:`update`."""
+        """``best_score``."""
         return self.best_score
 
     def reset(self) -> None:
@@ -84,7 +79,7 @@ class SearchAlgorithm:
         self.initialize(getattr(self, "param_space", {}))
 
     def is_finished(self) -> bool:
-        """Whether the search has nothing more to propose (always False in the base class)."""
+        """Whether the search has nothing more to propose (False in the base class)."""
         return False
 
     def _state(self) -> dict[str, Any]:
@@ -97,37 +92,15 @@ class SearchAlgorithm:
         self.best_params, self.best_score = state["best_params"], state["best_score"]
 
     def save_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Writes the search's state (space, history, best result and where the search stands) to
-        ``filepath`` as a pickle, for :meth:`load_state` (Panther's method).
-
-        Parameters
-        ----------
-        filepath : str or os.PathLike
-            Where to write.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> from sketchcore.tuner import GridSearch
-        >>> search = GridSearch()
-        >>> search.initialize({"rank": [4, 8, 16]})
-        >>> search.update(search.get_next_params(), 0.5)
-        >>> resumed = GridSearch()
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     path = os.path.join(directory, "search.pkl")
-        ...     search.save_state(path)
-        ...     resumed.load_state(path)
-        >>> resumed.get_next_params(), resumed.get_best_score()
-        ({'rank': 8}, 0.5)
-        """
+        """Writes the search's state (space, history, best result, position) to ``filepath`` as
+        a pickle, for :meth:`load_state`."""
         with open(filepath, "wb") as f:
             pickle.dump({"format": _STATE_FORMAT, "class": type(self).__name__, "state": self._state()}, f)
 
     def load_state(self, filepath: Union[str, os.PathLike[str]]) -> None:
-        """Restores what :meth:`save_state` wrote (a search of the same class, read with the
-        tuner's restricted unpickler), so the search goes on where it stood. FileNotFoundError
-        for a missing file; ValueError ``"<Class>.load_state: '...': expected a state saved by
-        <Class>.save_state, got ..."``."""
+        """Restores what :meth:`save_state` wrote (same class; restricted unpickler), so the search
+        goes on where it stood. FileNotFoundError for a missing file; ValueError
+        ``"<Class>.load_state: '...': expected a state saved by <Class>.save_state, got ..."``."""
         from sketchcore.tuner._safe_pickle import safe_load
 
         name = type(self).__name__
@@ -143,15 +116,8 @@ class SearchAlgorithm:
         self._restore(data["state"])
 
 
-def _check_trials(n_trials: object, where: str) -> int:
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"{where}: n_trials: expected an integer ≥ 1, got {n_trials!r}")
-    return n_trials
-
-
 class RandomSearch(SearchAlgorithm):
-    """``n_trials`` independent uniform draws from the space (log-uniform for ``log=True``
-    ranges), seeded.
+    """``n_trials`` seeded uniform draws from the space (log-uniform for ``log=True``).
 
     Parameters
     ----------
@@ -176,7 +142,7 @@ class RandomSearch(SearchAlgorithm):
     """
 
     def __init__(self, n_trials: int = 20, seed: Optional[int] = None) -> None:
-        self.n_trials = _check_trials(n_trials, "RandomSearch")
+        self.n_trials = positive_int(n_trials, "n_trials", "RandomSearch")
         self.seed = seed
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
@@ -206,14 +172,12 @@ class RandomSearch(SearchAlgorithm):
         return self._random.choice(values)
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """A fresh draw from the space, or None after ``n_trials`` draws."""
         if self._drawn >= self.n_trials:
             return None
         self._drawn += 1
         return {name: self._draw(name, spec) for name, spec in self.param_space.items()}
 
     def is_finished(self) -> bool:
-        """Whether all ``n_trials`` draws were made."""
         return self._drawn >= self.n_trials
 
 
@@ -233,26 +197,15 @@ class GridSearch(SearchAlgorithm):
     >>> search.initialize({"rank": [4, 8], "scale": Float(0.5, 1.0, step=0.5)})
     >>> [search.get_next_params() for _ in range(5)]
     [{'rank': 4, 'scale': 0.5}, {'rank': 4, 'scale': 1.0}, {'rank': 8, 'scale': 0.5}, {'rank': 8, 'scale': 1.0}, None]
-    >>> search.initialize({"scale": Float(0.5, 1.0)})
-    Traceback (most recent call last):
-        ...
-    ValueError: GridSearch: scale: a continuous Float has no grid; expected a list or a step
     """
 
     def initialize(self, param_space: Mapping[str, Any]) -> None:
-        """Starts the grid over ``param_space`` (ValueError for a continuous Float)."""
         super().initialize(param_space)
-        lists = {}
-        for name, spec in self.param_space.items():
-            values = choices(spec, name)
-            if values is None:
-                raise ValueError(f"GridSearch: {name}: a continuous Float has no grid; expected a list or a step")
-            lists[name] = values
-        self._grid = [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+        self._grid = grid(self.param_space, "GridSearch: {name}: a continuous Float has no grid; expected a list or "
+                                            "a step")
         self._position = 0
 
     def get_next_params(self) -> Optional[dict[str, Any]]:
-        """The next combination, or None once every combination was proposed."""
         if self._position >= len(self._grid):
             self._position = len(self._grid) + 1  # asked past the end: finished
             return None
@@ -260,7 +213,6 @@ class GridSearch(SearchAlgorithm):
         return dict(self._grid[self._position - 1])
 
     def is_finished(self) -> bool:
-        """Whether :meth:`get_next_params` has returned None."""
         return self._position > len(self._grid)
 
     def _state(self) -> dict[str, Any]:

@@ -1,29 +1,11 @@
-"""``SpectralSearch``: the tuner's default search. It spends model evaluations only where they
-are needed.
-
-What is known without evaluating the model: every candidate starts from the SVD of its trained
-layer (the whitened SVD, given the layer's inputs), so its error is the tail of a singular
-spectrum, and its size is exact. What is not known: how much error each layer's part of the
-model tolerates. So:
-
-1. **One global tolerance, bisected.** A tolerance τ picks, in every layer, the smallest candidate
-   whose weight error is ≤ τ (or the dense layer). The assignment only changes at the candidates'
-   error values, so a bisection over those breakpoints finds the largest τ whose model meets the
-   accuracy threshold in log₂(#breakpoints) evaluations (≈ 8 for three layers of a few hundred
-   ranks).
-2. **Per-layer refinement, largest layer first.** Layers differ in sensitivity; each one, with the
-   others fixed, is bisected down to its smallest candidate that keeps the threshold
-   (log₂(#candidates) evaluations each).
-3. **Layers without a spectrum** (Performer attention) are bisected over their candidates by cost.
-
-Accuracy is assumed to fall as layers shrink (it need not be exactly monotone: every evaluated
-model is checked, and only models that met the threshold are returned).
-"""
+"""``SpectralSearch``: the tuner's default search, spending model evaluations only where the
+layers' spectra leave the answer open (the algorithm: ``DEVNOTES.md``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from sketchcore.torch._common import positive_int
 from sketchcore.tuner._candidates import Candidate
 
 #: an assignment: for each unit, the index of its option, or None for the dense layer(s)
@@ -32,8 +14,7 @@ Assignment = tuple[Optional[int], ...]
 
 @dataclass
 class Option:
-    """A setting of a unit (one layer, or a group sharing one setting): total size, worst weight
-    error (None without a spectrum), the per-layer candidates."""
+    """A setting of a unit: total size, worst error (None without a spectrum), per-layer candidates."""
 
     params: dict
     size: int
@@ -43,8 +24,7 @@ class Option:
 
 @dataclass
 class Unit:
-    """What the search assigns one setting to: one layer, or a group sharing a setting
-    (``separate=False``); ``key`` names its results, ``"_".join(names)`` for a group as in Panther."""
+    """One layer, or a ``separate=False`` group sharing a setting; ``key`` names its results."""
 
     names: list[str]
     dense_size: int
@@ -68,23 +48,19 @@ class BudgetExhausted(Exception):
 
 
 class SpectralSearch:
-    """The spectrum-guided search (see the module docstring). ``max_evaluations`` caps the calls
-    of the accuracy function (each evaluation makes ``num_runs_per_param`` of them); ``refine``
-    turns step 2 off. ``data_aware`` (default): the curves are of the layers' output error on
-    the inputs seen while the dense model was evaluated (captured then, no extra evaluation),
-    and a Linear layer's candidates get the factors that minimise it (the whitened truncation
-    ``sketch_model`` computes from calibration data); False: weight errors, the weight's SVD.
-
-    Pass it as :class:`SKAutoTuner`'s ``search_algorithm`` (None gives ``SpectralSearch()``).
+    """The spectrum-guided search, :class:`SKAutoTuner`'s default ``search_algorithm``: each
+    layer's error-vs-size curve is read off its (whitened) spectrum, and the model is evaluated
+    only to place one global tolerance and refine it per layer.
 
     Parameters
     ----------
     max_evaluations : int, default 60
-        Most calls of the accuracy function, ≥ 1 (and ≥ the tuner's ``num_runs_per_param``).
+        Most calls of the accuracy function (each evaluation makes ``num_runs_per_param``), ≥ 1.
     refine : bool, default True
         Run the per-layer refinement after the global bisection.
     data_aware : bool, default True
-        Error curves of the layers' outputs on captured inputs (True) or of their weights (False).
+        Error curves of the layers' outputs on the inputs captured while the dense model was
+        evaluated, and whitened factors for Linear layers (True); or of their weights (False).
 
     Raises
     ------
@@ -101,18 +77,11 @@ class SpectralSearch:
     >>> _ = torch.manual_seed(0)
     >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
     >>> calls = []
-    >>> def accuracy(m):
-    ...     calls.append(1)
-    ...     return 1.0
-    >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), accuracy, accuracy_threshold=0.5,
-    ...                     search_algorithm=SpectralSearch(max_evaluations=10, refine=False))
+    >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: calls.append(1) or 1.0,
+    ...                     accuracy_threshold=0.5, search_algorithm=SpectralSearch(max_evaluations=10, refine=False))
     >>> best = tuner.tune()
     >>> len(calls) <= 10, len(calls) == tuner.evaluations
     (True, True)
-    >>> SpectralSearch(max_evaluations=0)
-    Traceback (most recent call last):
-        ...
-    ValueError: SpectralSearch: max_evaluations: expected an integer ≥ 1, got 0
     """
 
     #: The global bisection stops once its feasible and infeasible models differ by at most this
@@ -124,25 +93,16 @@ class SpectralSearch:
     TRADE_STEPS = (1, 2)
 
     def __init__(self, max_evaluations: int = 60, refine: bool = True, data_aware: bool = True) -> None:
-        if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
-            raise ValueError(f"SpectralSearch: max_evaluations: expected an integer ≥ 1, got {max_evaluations!r}")
-        if not isinstance(refine, bool):
-            raise TypeError(f"SpectralSearch: refine: expected a bool, got {type(refine).__name__}")
-        if not isinstance(data_aware, bool):
-            raise TypeError(f"SpectralSearch: data_aware: expected a bool, got {type(data_aware).__name__}")
-        self.max_evaluations = max_evaluations
-        self.refine = refine
-        self.data_aware = data_aware
+        self.max_evaluations = positive_int(max_evaluations, "max_evaluations", "SpectralSearch")
+        for name, flag in (("refine", refine), ("data_aware", data_aware)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"SpectralSearch: {name}: expected a bool, got {type(flag).__name__}")
+        self.refine, self.data_aware = refine, data_aware
 
     @property
     def study(self) -> None:
-        """There is no Optuna study behind this search: reading ``study`` (as Panther code reads
-        ``tuner.search_algorithm.study``) raises an AttributeError that says what to use.
-
-        Raises
-        ------
-        AttributeError
-            ``"SpectralSearch has no Optuna study: ..."``."""
+        """AttributeError ``"SpectralSearch has no Optuna study: ..."`` (Panther code reads
+        ``tuner.search_algorithm.study``), saying what to use instead."""
         raise AttributeError("SpectralSearch has no Optuna study: pass search_algorithm=OptunaSearch(...) for "
                              "Panther's Optuna search, or read tuner.history and tuner.get_results_dataframe() for "
                              "this one's evaluations")
@@ -193,10 +153,8 @@ class SpectralSearch:
 
     def _shrink(self, units: list[Unit], i: int, current: list[Optional[int]],
                 feasible: Callable[[Assignment], bool]) -> Optional[int]:
-        """The smallest option of unit i that keeps the model feasible, the others fixed: a
-        bisection, then probes below its boundary (accuracy measured on a finite test set is not
-        exactly monotone in the size: a smaller option may pass where the next larger one failed)
-        until ``PROBES`` in a row fail."""
+        """The smallest option of unit i keeping the model feasible, the others fixed: a bisection,
+        then probes below it (measured accuracy is not exactly monotone in the size)."""
         top = len(units[i].options) if current[i] is None else current[i]  # index `len` stands for dense
         trial = list(current)
         hi = _lowest_feasible(trial, i, top, feasible)  # the current state (top) is feasible
@@ -206,8 +164,7 @@ class SpectralSearch:
 
     def _probe_below(self, trial: list[Optional[int]], i: int, start: int,
                      feasible: Callable[[Assignment], bool]) -> Optional[int]:
-        """Options ``start``, ``start − 1``, … of unit i until ``PROBES`` in a row fail: the
-        lowest feasible one found, or None."""
+        """The lowest feasible option from ``start`` down, stopping after ``PROBES`` misses; or None."""
         misses, probe, found = 0, start, None
         while misses < self.PROBES and probe >= 0:
             trial[i] = probe
@@ -220,10 +177,8 @@ class SpectralSearch:
 
     def _trade(self, units: list[Unit], spectral: list[int], current: list[Optional[int]],
                feasible: Callable[[Assignment], bool]) -> list[Optional[int]]:
-        """Step 4: the refinement fixes layers one at a time, so it can stop where one layer sits
-        just below a knee of its curve while a larger layer pays for it. For each other layer j,
-        ``TRADE_STEPS`` options larger (one, then two: a knee can be two options wide), the
-        largest layer is probed downwards; a trade is kept when the model gets smaller."""
+        """Grows each other layer ``TRADE_STEPS`` options and probes the largest layer downwards;
+        keeps a trade that makes the model smaller (why: ``DEVNOTES.md``)."""
         if len(spectral) < 2:
             return current
         big = max(spectral, key=lambda i: units[i].size(current[i]))
@@ -252,8 +207,7 @@ class SpectralSearch:
 
 
 def _lowest_feasible(trial: list[Optional[int]], i: int, hi: int, feasible: Callable[[Assignment], bool]) -> int:
-    """Bisection over the options of unit i below ``hi`` (known feasible; ``trial`` the others):
-    the lowest one found feasible, assuming feasibility grows with the option."""
+    """The lowest feasible option of unit i by bisection below ``hi`` (known feasible)."""
     lo = -1
     while hi - lo > 1:
         mid = (lo + hi) // 2

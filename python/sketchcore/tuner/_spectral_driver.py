@@ -1,7 +1,5 @@
-"""The tuner's side of :class:`SpectralSearch`, as functions of an :class:`Evaluator`: the
-objective (the smallest model meeting a threshold, the one ``optmization_eval_func`` prefers,
-or — with no threshold, as in Panther — the most accurate model of the search space) and the
-final pick among every model evaluated."""
+"""The tuner's side of :class:`SpectralSearch` over an :class:`Evaluator`: the objective (see
+``SKAutoTuner``'s ``accuracy_threshold``) and the final pick among every model evaluated."""
 from __future__ import annotations
 
 import warnings
@@ -14,8 +12,7 @@ Evaluate = Callable[[Assignment], float]
 
 
 def _most_accurate(unit: Unit) -> int:
-    """The option expected to be the most accurate: the lowest weight error (the smallest such),
-    or the largest option where no spectrum applies."""
+    """The option of lowest error (the smallest such), or the largest without a spectrum."""
     if all(o.error is not None for o in unit.options):
         return min(range(len(unit.options)), key=lambda j: (unit.options[j].error, unit.options[j].size))
     return len(unit.options) - 1
@@ -23,9 +20,8 @@ def _most_accurate(unit: Unit) -> int:
 
 def spectral(evaluator: Evaluator, search: SpectralSearch, dense_accuracy: float
              ) -> tuple[Assignment, Optional[float]]:
-    """Runs the search; returns the assignment chosen and its accuracy. Every model evaluated
-    is cached and recorded; with a threshold, every one that met it is a candidate (accuracy
-    need not be monotone along the search's path)."""
+    """The assignment chosen and its accuracy; with a threshold, every evaluated model that met it
+    is a candidate (accuracy need not be monotone along the search's path)."""
     cache: dict[Assignment, float] = {evaluator.dense: dense_accuracy}  # every evaluated assignment → accuracy
 
     def evaluate(assignment: Assignment) -> float:
@@ -51,11 +47,9 @@ def spectral(evaluator: Evaluator, search: SpectralSearch, dense_accuracy: float
 
 def _most_accurate_model(evaluator: Evaluator, search: SpectralSearch, evaluate: Evaluate,
                          cache: dict[Assignment, float]) -> tuple[Assignment, Optional[float]]:
-    """``accuracy_threshold=None``: every selected layer is replaced (the dense model is not in
-    the search space, as in Panther) by the setting of the highest accuracy. The most accurate
-    setting of each layer by its spectrum is evaluated first; then the spectral search looks
-    for smaller models that score as high, over the options smaller than it (None standing for
-    it). Of all models evaluated, the most accurate wins, the smallest among equals."""
+    """``accuracy_threshold=None``: every layer replaced (as in Panther). The spectrum's most
+    accurate setting is evaluated first, then smaller models scoring as high are searched for
+    (None standing for it); the most accurate evaluated model wins, the smallest among equals."""
     units = evaluator.units
     tops = [_most_accurate(u) for u in units]
     # position in the unit's options of each option of the reduced unit (same filter, same order)
@@ -79,8 +73,7 @@ def _most_accurate_model(evaluator: Evaluator, search: SpectralSearch, evaluate:
 
 
 def _pick(evaluator: Evaluator, feasible: list[Assignment]) -> Assignment:
-    """The smallest feasible model, or the one ``optmization_eval_func`` scores highest (ties:
-    the smaller one); its value becomes the rows' ``speed`` and ``score``."""
+    """The smallest feasible model, or the one ``optmization_eval_func`` scores highest (ties: smaller)."""
     if evaluator.optimize is None:
         return min(feasible, key=evaluator.size)
     scored = []

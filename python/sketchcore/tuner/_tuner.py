@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import nn
 
+from sketchcore.torch._common import positive_int
 from sketchcore.tuner import _results_file
 from sketchcore.tuner._black_box import black_box
 from sketchcore.tuner._configs import LayerConfig, TuningConfigs
@@ -23,21 +24,14 @@ from sketchcore.tuner._units import units_of
 EvalFunc = Callable[..., Any]
 
 
-class SKAutoTuner:
-    """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API): a
-    facade that validates, resolves the configs and runs :meth:`tune` through a per-tune
-    evaluator and a search driver.
+def _check_callable(value: object, name: str) -> None:
+    if not callable(value):
+        raise TypeError(f"SKAutoTuner: {name}: expected a callable, got {type(value).__name__}")
 
-    ``accuracy_eval_func(model)`` returns a score, higher is better (one finite real number; a
-    0-d tensor is fine), averaged over ``num_runs_per_param`` calls. ``accuracy_threshold``:
-    ``None`` (Panther's default) searches the most accurate model of the space, every selected
-    layer replaced; a number, the smallest model (fewest stored numbers) scoring ≥ it — or, with
-    ``optmization_eval_func`` (``optimization_eval_func`` is the same), the one meeting it that
-    this function scores highest; ``"dense"``, the dense model's own score as the threshold.
-    ``search_algorithm``: a :class:`SpectralSearch` (the default) reads each layer's error curve
-    off its spectrum; a Panther-style :class:`SearchAlgorithm` runs Panther's black-box loop
-    (each unit tuned with the others dense). The model changes only in
-    :meth:`apply_best_params` and :meth:`replace_without_tuning`.
+
+class SKAutoTuner:
+    """Chooses sketched replacements for a model's layers (Panther's ``SKAutoTuner`` API). The
+    model changes only in :meth:`apply_best_params` and :meth:`replace_without_tuning`.
 
     Parameters
     ----------
@@ -46,15 +40,18 @@ class SKAutoTuner:
     configs : TuningConfigs, LayerConfig or list of LayerConfig
         Which layers and which search spaces; each layer in one config only.
     accuracy_eval_func : callable
-        ``model → score`` (higher is better).
+        ``model → score``, higher is better: one finite real number (a 0-d tensor is fine).
     search_algorithm : SpectralSearch or SearchAlgorithm, optional
-        Default ``SpectralSearch()``.
+        Default ``SpectralSearch()`` (error curves from each layer's spectrum); a Panther-style
+        :class:`SearchAlgorithm` runs Panther's black-box loop (each unit tuned, others dense).
     verbose : bool, default False
         Print a line per evaluation.
     accuracy_threshold : float, "dense" or None, default None
-        See above.
+        None (Panther's default): the most accurate model, every selected layer replaced; a
+        number: the smallest model (fewest stored numbers) scoring ≥ it; ``"dense"``: the dense
+        model's own score as the threshold.
     optmization_eval_func, optimization_eval_func : callable, optional
-        ``model → value`` to maximize among the models meeting a threshold (give at most one
+        ``model → value`` to maximize among the models meeting a threshold (at most one
         spelling; without a threshold it is not used, and a warning says so).
     num_runs_per_param : int, default 1
         Calls of ``accuracy_eval_func`` averaged per evaluation, ≥ 1.
@@ -105,10 +102,6 @@ class SKAutoTuner:
     {'0': {'rank': 16}, '2': {'rank': 1}}
     >>> tuner.apply_best_params()[0]
     LowRankLinear(in_features=64, out_features=64, rank=16, bias=True, activation='none')
-    >>> SKAutoTuner(model, LayerConfig("0"), lambda m: 1.0, num_runs_per_param=0)
-    Traceback (most recent call last):
-        ...
-    ValueError: SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got 0
     """
 
     def __init__(self, model: nn.Module, configs: Union[TuningConfigs, LayerConfig, Sequence[LayerConfig]],
@@ -124,15 +117,13 @@ class SKAutoTuner:
                 raise TypeError(f"SKAutoTuner: configs: expected a TuningConfigs, a LayerConfig or a list of them, "
                                 f"got {type(configs).__name__}")
             configs = TuningConfigs(list(configs))
-        if not callable(accuracy_eval_func):
-            raise TypeError(f"SKAutoTuner: accuracy_eval_func: expected a callable, got "
-                            f"{type(accuracy_eval_func).__name__}")
+        _check_callable(accuracy_eval_func, "accuracy_eval_func")
         if optmization_eval_func is not None and optimization_eval_func is not None:
             raise ValueError("SKAutoTuner: optimization_eval_func: expected it or its Panther spelling "
                              "optmization_eval_func, got both")
         optimize = optimization_eval_func if optimization_eval_func is not None else optmization_eval_func
-        if optimize is not None and not callable(optimize):
-            raise TypeError(f"SKAutoTuner: optmization_eval_func: expected a callable, got {type(optimize).__name__}")
+        if optimize is not None:
+            _check_callable(optimize, "optmization_eval_func")
         if search_algorithm is None:
             search_algorithm = SpectralSearch()
         elif not isinstance(search_algorithm, SpectralSearch) and not all(
@@ -140,8 +131,7 @@ class SKAutoTuner:
             raise TypeError(f"SKAutoTuner: search_algorithm: expected a SpectralSearch or a SearchAlgorithm "
                             f"(initialize/get_next_params/update), got {type(search_algorithm).__name__}")
         threshold: Threshold = check_threshold(accuracy_threshold)
-        if isinstance(num_runs_per_param, bool) or not isinstance(num_runs_per_param, int) or num_runs_per_param < 1:
-            raise ValueError(f"SKAutoTuner: num_runs_per_param: expected an integer ≥ 1, got {num_runs_per_param!r}")
+        positive_int(num_runs_per_param, "num_runs_per_param", "SKAutoTuner")
         if optimize is not None and threshold is None:
             warnings.warn("SKAutoTuner: optmization_eval_func is used only with an accuracy_threshold (Panther's "
                           "rule); with accuracy_threshold=None the most accurate setting is chosen and it is never "
@@ -183,40 +173,23 @@ class SKAutoTuner:
         return TuningConfigs(resolved)
 
     def getConfigs(self) -> TuningConfigs:  # noqa: N802 - Panther's name
-        """The tuner's configs: every selector resolved to a list of layer names and
-        ``params="auto"`` to the explicit space it searches (one config per group of layers of
-        the same type and shape, as Panther's ``ParamsResolver``).
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> [(config.layer_names, config.params) for config in tuner.getConfigs()]
-        [(['0'], {'rank': [16]}), (['2'], {'rank': [1, 2, 3, 4, 5, 6, 7]})]
-        """
+        """The configs, every selector resolved to layer names and ``params="auto"`` to the
+        explicit space it searches (one config per group of same-type, same-shape layers)."""
         return self.configs
 
     def setConfigs(self, configs: TuningConfigs) -> None:  # noqa: N802 - Panther's name
-        """Replaces the configs (resolved against the model, with the constructor's errors)
-        for the next :meth:`tune`."""
+        """Replaces the configs for the next :meth:`tune` (the constructor's errors)."""
         self.configs = self._resolve(configs)
 
     def getResolver(self) -> LayerNameResolver:  # noqa: N802 - Panther's name
-        """The resolver of the tuner's layer selectors (Panther's ``getResolver``): its
-        ``resolve(selectors)`` lists the layer names a selector picks."""
+        """The :class:`LayerNameResolver` of the tuner's layer selectors."""
         return self.resolver
 
     # -- tuning ----------------------------------------------------------------------------
     def tune(self) -> dict[str, dict[str, Any]]:
-        """Searches and returns ``best_params``: for each layer, ``{"params": ... or None (keep
-        dense), "copy_weights": ..., "best_layer": module or None}`` (Panther's format).
-
-        The model is left dense (:meth:`apply_best_params` installs the choice); ``evaluations``,
-        ``history``, ``results``, ``dense_accuracy``, ``final_accuracy`` and
-        ``best_assignment_size`` are filled in. The first score is checked against a numeric
-        threshold's scale (a fraction against a percentage warns).
+        """Searches and returns ``best_params`` (a None ``"params"``: keep dense), filling in the
+        attributes above; the model is left dense. A first score that looks like a fraction
+        against a percentage threshold (or the reverse) warns.
 
         Raises
         ------
@@ -224,16 +197,6 @@ class SKAutoTuner:
             ``"SKAutoTuner: accuracy_eval_func: expected a finite real number (a 0-d tensor is
             fine), got ..."`` (likewise ``optmization_eval_func``), or ``num_runs_per_param`` above
             ``SpectralSearch.max_evaluations``.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> SKAutoTuner(model, LayerConfig("0"), lambda m: None).tune()
-        Traceback (most recent call last):
-            ...
-        ValueError: SKAutoTuner: accuracy_eval_func: expected a finite real number ..., got NoneType None
         """
         log = ResultsLog(self.verbose)
         self.history, self.results, self.evaluations = log.history, log.results, 0
@@ -274,9 +237,9 @@ class SKAutoTuner:
 
     # -- results (Panther's names) ---------------------------------------------------------
     def apply_best_params(self) -> nn.Module:
-        """Puts the chosen layers into the model (in place) and returns it; layers whose choice
-        is None stay dense. Before :meth:`tune` or :meth:`load_tuning_results`: RuntimeError
-        ``"SKAutoTuner.apply_best_params: no tuning results yet; ..."``."""
+        """Puts the chosen layers into the model (in place; a None choice stays dense) and returns
+        it. RuntimeError ``"SKAutoTuner.apply_best_params: no tuning results yet; ..."`` before
+        :meth:`tune` or :meth:`load_tuning_results`."""
         if not self.best_params:
             raise RuntimeError("SKAutoTuner.apply_best_params: no tuning results yet; call tune() or "
                                "load_tuning_results() first")
@@ -286,8 +249,7 @@ class SKAutoTuner:
         return self.model
 
     def get_best_params(self) -> dict[str, dict[str, Any]]:
-        """The choice of the last :meth:`tune` or :meth:`load_tuning_results` (empty before):
-        layer name → ``{"params": dict or None, "copy_weights": bool, "best_layer": module or None}``."""
+        """``best_params``: the choice of the last :meth:`tune` or :meth:`load_tuning_results`."""
         return self.best_params
 
     def replace_without_tuning(self, tolerance: float = 0.1) -> nn.Module:
@@ -295,18 +257,7 @@ class SKAutoTuner:
         params: the first value of each (Panther's rule). ``params="auto"``: the smallest setting
         whose relative error (from the layer's spectrum) is ≤ ``tolerance`` (in [0, 1), else a
         ValueError), or the most accurate setting for layers without a spectrum (attention); a
-        layer for which no setting meets it and saves numbers stays dense.
-
-        Examples
-        --------
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> calls = []
-        >>> tuner = SKAutoTuner(model, LayerConfig("0", {"rank": [4, 8]}), lambda m: calls.append(1) or 1.0)
-        >>> tuner.replace_without_tuning()[0], len(calls)
-        (LowRankLinear(in_features=64, out_features=64, rank=4, bias=True, activation='none'), 0)
-        """
+        layer for which no setting meets it and saves numbers stays dense."""
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
             raise ValueError(f"SKAutoTuner.replace_without_tuning: tolerance: expected a number in [0, 1), got "
                              f"{tolerance!r}")
@@ -323,13 +274,10 @@ class SKAutoTuner:
         return self.model
 
     def get_results_dataframe(self) -> Any:
-        """One row per (evaluation, layer or ``separate=False`` group), a pandas DataFrame (a list
-        of dicts without pandas; empty before :meth:`tune`): ``layer_name`` (a group's names
-        joined by "_"), Panther's ``num_terms`` and ``low_rank``, the other parameters
-        (``rank``, ...; empty for a dense layer), ``layer_class``, ``score`` (what the search
-        maximized: the accuracy without a threshold; with one, −∞ below it, else the
-        optimization function's value or minus the stored size), ``accuracy``, ``speed``,
-        ``parameters`` (numbers stored) and ``evaluation``."""
+        """``results`` as a pandas DataFrame (a list of dicts without pandas), a row per evaluation
+        and layer or group: ``layer_name``, ``num_terms``, ``low_rank``, the other parameters, then
+        ``results``' columns. ``score``: the accuracy without a threshold; with one, −∞ below it,
+        else the optimization function's value or minus the stored size."""
         rows = table_rows(self.results)
         try:
             import pandas as pd
@@ -338,12 +286,11 @@ class SKAutoTuner:
         return pd.DataFrame(rows)
 
     def save_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
-        """Writes the results, the best parameters and the evaluation history (parent
-        directories are created). A ``.pkl``/``.pickle`` name gives a pickle of Panther's layout
-        (``"results"``, ``"best_params"`` with the chosen layers as modules, ``"config"``) plus
-        ``"history"``, ``"evaluations"``, ``"dense_accuracy"``, ``"final_accuracy"``; any other
-        name gives JSON of the same with each chosen layer's tensors as lists instead of the
-        module (loading rebuilds the layers and loads them)."""
+        """Writes the results, best parameters and history (parent directories are created): a
+        ``.pkl``/``.pickle`` name gives a pickle of Panther's layout (``"results"``,
+        ``"best_params"``, ``"config"``) plus ``"history"``, ``"evaluations"``,
+        ``"dense_accuracy"``, ``"final_accuracy"``; any other name, JSON of the same with each
+        chosen layer's tensors as lists instead of the module."""
         path = os.fspath(file_path)
         _results_file.save(path, self.results, self.best_params, self.configs,
                            {"history": self.history, "evaluations": self.evaluations,
@@ -352,31 +299,11 @@ class SKAutoTuner:
             print(f"[SKAutoTuner] tuning results saved to {path}")
 
     def load_tuning_results(self, file_path: Union[str, os.PathLike[str]]) -> None:
-        """Reads what :meth:`save_tuning_results` wrote — or Panther's pickle — and rebuilds the
-        chosen layers from this tuner's model, so :meth:`apply_best_params` works.
-
-        The format is read from the file itself. Pickles are read with a restricted unpickler
-        (only the tuner's classes, sketchcore's and Panther's layers and torch tensors are built).
-        Each chosen layer is rebuilt from its parameters and the saved tensors are loaded into
-        it; where they do not fit, a warning says so and the rebuilt layer is kept.
-        FileNotFoundError for a missing file; ValueError for a file of neither format, a layer
-        these configs do not select, or params a layer does not accept.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> from torch import nn
-        >>> from sketchcore.tuner import LayerConfig, SKAutoTuner
-        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-        >>> tuner = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> _ = tuner.tune()
-        >>> fresh = SKAutoTuner(model, LayerConfig({"type": "Linear"}), lambda m: 1.0, accuracy_threshold=0.5)
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     tuner.save_tuning_results(os.path.join(directory, "tuning.json"))
-        ...     fresh.load_tuning_results(os.path.join(directory, "tuning.json"))
-        >>> fresh.get_best_params()["0"]["params"], type(fresh.apply_best_params()[0]).__name__
-        ({'rank': 16}, 'LowRankLinear')
-        """
+        """Reads what :meth:`save_tuning_results` wrote, or Panther's pickle (the format is read
+        from the file; pickles through a restricted unpickler), and rebuilds the chosen layers
+        from this tuner's model with the saved tensors (a warning where they do not fit), so
+        :meth:`apply_best_params` works. FileNotFoundError for a missing file; ValueError for a
+        file of neither format, a layer these configs do not select, or params it does not accept."""
         path = os.fspath(file_path)
         selected = {name: config.copy_weights for config in self.configs for name in config.layer_names}
         data = _results_file.load(path, selected, self.layer_map)

@@ -51,6 +51,8 @@ def _count(module: nn.Module, recurse: bool) -> tuple[int, int]:
 
 
 def _nodes(model: nn.Module, root_name: str, max_depth: Optional[int]) -> list[_Node]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
     nodes: list[_Node] = []
 
     def walk(name: str, module: nn.Module, depth: int, prefix: str, indent: str) -> None:
@@ -80,13 +82,9 @@ def _line(node: _Node) -> str:
 
 
 class ModelVisualizer:
-    """The layer tree of a model: each module's name (what a ``LayerConfig`` selector matches),
-    class, shape, parameters (and buffers, which a Panther ``SKLinear`` stores too), and for the
-    sketched layers the tuner installs their settings, marked ``[sketched]``.
-
-    Use it before tuning to write selectors, and after ``apply_best_params()`` to see what was
-    replaced. :meth:`print_module_tree` is Panther's; :meth:`module_tree` returns the text and
-    :meth:`plot_module_tree` draws it with matplotlib (optional: ``pip install matplotlib``).
+    """The layer tree of a model, to write ``LayerConfig`` selectors before tuning and to see what
+    ``apply_best_params()`` replaced: each module's name, class, shape, parameters and buffers, and
+    the settings of sketched layers, marked ``[sketched]``.
 
     Examples
     --------
@@ -124,31 +122,24 @@ class ModelVisualizer:
         ------
         TypeError
             ``"ModelVisualizer: model: expected a torch.nn.Module, got ..."``."""
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
         return "\n".join(_line(node) for node in _nodes(model, root_name, max_depth))
 
     @staticmethod
     def print_module_tree(model: nn.Module, root_name: str = "model", max_depth: Optional[int] = None) -> None:
-        """Prints :meth:`module_tree` (Panther's method: names and classes, here with shapes,
-        parameters and sketch settings); the arguments and errors are :meth:`module_tree`'s."""
+        """Prints :meth:`module_tree` (Panther's method; same arguments and errors)."""
         print(ModelVisualizer.module_tree(model, root_name, max_depth))
 
     @staticmethod
     def plot_module_tree(model: nn.Module, root_name: str = "model", max_depth: Optional[int] = None,
                          ax: Any = None) -> Any:
-        """Draws the tree with matplotlib: one row per module, indented by depth, with a bar of the
-        numbers each module stores itself, sketched layers in one color, the dense layers the
-        tuner can replace in another. ``model``, ``root_name``, ``max_depth``: as in
-        :meth:`module_tree`; ``ax``: the matplotlib Axes to draw on (default a new figure, not
-        shown). Returns the figure; ImportError without matplotlib (an optional dependency)."""
+        """Draws the tree with matplotlib, a bar per module of the numbers it stores (sketched and
+        replaceable layers colored) on ``ax`` (default a new figure, not shown); other arguments as
+        :meth:`module_tree`. Returns the figure; ImportError without matplotlib."""
         try:
             from matplotlib.figure import Figure
         except ImportError:
             raise ImportError("ModelVisualizer.plot_module_tree needs matplotlib, an optional dependency: "
                               "pip install matplotlib") from None
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"ModelVisualizer: model: expected a torch.nn.Module, got {type(model).__name__}")
         nodes = _nodes(model, root_name, max_depth)
         if ax is None:
             figure = Figure(figsize=(12, 0.28 * len(nodes) + 0.8))
