@@ -111,3 +111,21 @@ def test_the_figure_rule_catches_a_timing_and_an_issue_and_spares_a_shape():
     assert FIGURE_OR_ISSUE.search("ran in 25.4 ms") and FIGURE_OR_ISSUE.search("see issue 25")
     assert FIGURE_OR_ISSUE.search("2.5× faster")
     assert not FIGURE_OR_ISSUE.search("a 1×1 convolution, a 3 × 3 kernel, (out × 2Tk) and shapes (N, d_in)")
+
+
+#: Packages the tests import (optional ones included) and the standard library's top-level names.
+IMPORTED_PACKAGES = {"torch", "jax", "jaxlib", "numpy", "cupy", "transformers", "optuna", "pandas", "sklearn",
+                     "scipy", "matplotlib", "hypothesis", "pytest", "sphinx", "latex2mathml", "sketchcore"}
+
+
+def test_no_test_folder_shadows_a_package_the_tests_import():
+    """tests/ is on sys.path (conftest.py's folder): a folder tests/torch would be imported as ``torch``
+    (a namespace package) wherever torch is not installed, and importorskip would not skip."""
+    import sys
+
+    names = IMPORTED_PACKAGES | set(sys.stdlib_module_names)
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    # tests/typing is safe: the standard library's typing is always installed, and a module found
+    # anywhere on sys.path wins over a namespace folder
+    shadowing = sorted(folders & names - {"typing"})
+    assert not shadowing, f"test folders named like packages the tests import: {shadowing}"

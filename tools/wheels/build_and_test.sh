@@ -129,8 +129,8 @@ repair_and_check() {  # repair_and_check DIST_DIR NAME CHECK_ARGS...: repaired w
 # users have one): the C++ example built with find_package(sketchcore) from the installed wheel, and
 # torch.compile's inductor backend (it compiles C++ for the CPU). Every other test runs without one.
 needs_compiler=(tests/core/test_package.py::test_cpp_program_builds_against_the_pip_installed_package
-                tests/torch/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
-                tests/torch/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
+                tests/torch_adapters/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
+                tests/torch_adapters/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
                 tests/bench/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths)
 # tests_without_compiler SRC VENV PYTEST_ARGS...: the tests of the copied tree SRC against the wheel in
 # VENV (sketchcore imports from the venv: the tree keeps it under python/), no compiler on PATH.

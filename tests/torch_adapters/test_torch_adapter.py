@@ -422,7 +422,7 @@ def _backward_names(t, depth=3):
 def test_eager_calls_skip_the_dispatcher_and_the_rest_keep_the_operators():
     """Plain eager calls run the operators' bodies under autograd.Functions (_eager: the
     dispatcher's Python autograd wrapper doubled a small layer's step time), CPU autocast
-    regions too (their casts made first: tests/torch/test_autocast_eager.py); tensor subclasses and
+    regions too (their casts made first: tests/torch_adapters/test_autocast_eager.py); tensor subclasses and
     tracing go through the custom operators. Both give the same values and gradients."""
     torch.manual_seed(0)
     layer = sct.SKLinear(12, 10, 2, 3, activation="gelu")

@@ -16,7 +16,7 @@ sct = pytest.importorskip("sketchcore.torch")
 from sketchcore.torch.ops import _eager, _ops  # noqa: E402
 
 HALF = [torch.bfloat16, torch.float16]
-#: Relative error of a 16-bit result against float64 (as tests/torch/test_torch_adapter.py's autocast test).
+#: Relative error of a 16-bit result against float64 (as tests/torch_adapters/test_torch_adapter.py's autocast test).
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 pytestmark = pytest.mark.filterwarnings("ignore:The sketching layer uses more parameters")
 
