@@ -49,3 +49,22 @@ def test_quick_preset(tmp_path):
     for row, r in timed.items():
         assert r["steps"] == max(1, round(budget / tokens[row]["step_seconds"]))
     assert tokens["cola_sketchcore"]["params"] == tokens["lowrank"]["params"] < tokens["dense"]["params"]
+
+
+def test_equal_time_rows_chooses_which_rows_train_again(tmp_path):
+    out = tmp_path / "pretrain"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--preset", "quick", "--rows", "dense,cola_torch,lowrank",
+                           "--equal-time-rows", "cola_torch", "--steps", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = json.loads(out.with_suffix(".json").read_text())["runs"]
+    assert tuple(run["equal_tokens"]) == ("dense", "cola_torch", "lowrank")
+    assert tuple(run["equal_time"]) == ("cola_torch",)
+    assert "val_loss_equal_time_vs_dense" not in run["ratios"]["lowrank"]
+
+
+def test_equal_time_rows_rejects_unknown_names():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--preset", "quick", "--equal-time-rows", "dense,cola"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    assert "--equal-time-rows: expected names from" in done.stderr and "'cola'" in done.stderr
