@@ -85,19 +85,21 @@ __global__ void requantize_rows_kernel(std::int32_t* acc, std::int64_t ld_acc, c
                                        const float* col_scale, std::int64_t rows, std::int64_t cols, Act sigma,
                                        float scale_factor, std::int8_t* dst, std::int64_t ld_dst, float* dst_scale) {
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    // The row's z replaces its sums, as float32 bits in the int32 slots: each thread rewrites,
+    // then rereads, its own columns.
     std::int32_t* sums = acc + r * ld_acc;
-    float* z = reinterpret_cast<float*>(sums);  // each thread rewrites, then rereads, its own columns
     const float rs = row_scale[r];
     float max_abs = 0.0f;
     bool finite = true;
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const float v = sigma(static_cast<float>(sums[j]) * (rs * col_scale[j]));
-      z[j] = v;
+      sums[j] = __float_as_int(v);
       max_abs = fmaxf(max_abs, fabsf(v));
       finite = finite && is_finite(v);
     }
     const RowMax m = block_row_max(max_abs, finite);
-    const float s = write_quantized_row(m, [&](std::int64_t j) { return z[j]; }, cols, dst + r * ld_dst, ld_dst);
+    const float s = write_quantized_row(m, [&](std::int64_t j) { return __int_as_float(sums[j]); }, cols,
+                                        dst + r * ld_dst, ld_dst);
     if (threadIdx.x == 0) dst_scale[r] = s * scale_factor;
   }
 }
