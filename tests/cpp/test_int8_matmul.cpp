@@ -161,6 +161,10 @@ TEST(Int8Matmul, ErrorsNameTheArgument) {
                 std::string::npos);
       EXPECT_NE(std::string(e.what()).find("SKETCHCORE_CUDA_UNVERIFIED=1"), std::string::npos);
     }
+    if (sc::cuda_device_count() == 0) {  // open, without a device: the CUDA runtime's error, never a crash
+      const sc::ScopedGatedPath open(sc::GatedPath::cuda_int8_factors, true);
+      EXPECT_THROW(on_gpu(), sc::cuda_error);
+    }
   } else {
     EXPECT_THROW(on_gpu(), sc::device_error);
   }
