@@ -140,7 +140,8 @@ def quantize_int8(w):
     Parameters
     ----------
     w : array, shape (k, n)
-        Any real floating dtype (converted to float32); NumPy, torch CPU or another DLPack producer.
+        Any real floating dtype (converted to float32); NumPy, torch or another DLPack producer
+        (CUDA arrays of torch or CuPy are copied to the host).
 
     Returns
     -------
@@ -240,7 +241,8 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     Raises
     ------
     TypeError
-        ``S``/``U`` not Int8Factor, ``x``/``bias``/``out`` not float32 arrays.
+        ``S``/``U`` not Int8Factor, ``x``/``bias``/``out`` not float32 arrays, ``bias``/``out``
+        not on ``x``'s device, or ``x`` on a CUDA device in a build without the CUDA backend.
     ValueError
         Extents that do not chain, a wrong bias or out, an unknown activation.
     RuntimeError
