@@ -29,7 +29,7 @@ TEST(Int8DeviceLayout, ColumnsAreContiguousAndThePaddingIsZero) {
   std::mt19937 gen(49);
   std::uniform_int_distribution<int> value(-127, 127);
   std::uniform_real_distribution<float> scale_of(0.0f, 2.0f);
-  for (const auto [rows, cols] : {std::pair<int, int>{0, 3}, {3, 0}, {1, 1}, {16, 16}, {17, 5}, {33, 40}}) {
+  for (const auto& [rows, cols] : {std::pair<int, int>{0, 3}, {3, 0}, {1, 1}, {16, 16}, {17, 5}, {33, 40}}) {
     // Transposed strides: the layout must follow the values, not the memory order.
     std::vector<std::int8_t> q(static_cast<std::size_t>(rows * cols));
     for (auto& v : q) v = static_cast<std::int8_t>(value(gen));
