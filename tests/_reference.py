@@ -1,4 +1,5 @@
-"""Float64 reference of sketched_matmul and the comparison helpers the tests share."""
+"""Float64 reference of sketched_matmul, the int8 sketched GEMM's quantized reference, and the
+comparison helpers the tests share."""
 import math
 
 import numpy as np
@@ -73,3 +74,35 @@ def random_problem(rng, lead, d_in, k, d_out, terms=None, dtype=np.float32, bias
     U = (rng.standard_normal(u_shape) / math.sqrt(max(k, 1))).astype(dtype)
     b = rng.standard_normal(d_out).astype(dtype) if bias else None
     return x, S, U, b
+
+
+# The int8 sketched GEMM's quantized math (int8_sketched_matmul), shared by its CPU and GPU tests.
+
+def q8_rows(x):
+    """Per-row symmetric quantization in float32, as documented (q = rint(x · (127/max|x|))):
+    (q as int64, row scales max|x|/127)."""
+    x = np.asarray(x, np.float32)
+    max_abs = np.abs(x).max(axis=-1) if x.shape[-1] else np.zeros(x.shape[0], np.float32)
+    scale = (max_abs / np.float32(127)).astype(np.float32)
+    inverse = np.float32(127) / np.where(max_abs == 0, np.float32(1), max_abs)
+    q = np.clip(np.rint(x * inverse[:, None]), -127, 127).astype(np.int64)
+    return q, scale
+
+
+def dequantized(q, row_scale, col_scale):
+    """float32(Σ) · (row scale · column scale), rounded as float32 like the kernels."""
+    scale = (row_scale[:, None] * col_scale[None, :]).astype(np.float32)
+    return (q.astype(np.float32) * scale).astype(np.float32)
+
+
+def quantized_reference(x, S, U, bias, activation, inner):
+    """The quantized math, step by step: exact int64 sums, float32 dequantization."""
+    x2 = np.asarray(x, np.float32).reshape(-1, x.shape[-1])
+    qx, sx = q8_rows(x2)
+    z = dequantized(qx @ S.q.astype(np.int64), sx, S.scale)
+    z = activate(z.astype(np.float64), inner).astype(np.float32)
+    qz, sz = q8_rows(z)
+    y = dequantized(qz @ U.q.astype(np.int64), sz, U.scale).astype(np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64)
+    return activate(y, activation).reshape(x.shape[:-1] + (U.shape[1],))

@@ -198,6 +198,13 @@ sanitize() {
   done
   compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all \
     "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_streams.py || rc=1
+  # Issue 49's int8 path: the block reductions of the row maxima, the intermediate rewritten in place,
+  # strided rows (SKETCHCORE_CUDA_UNVERIFIED=cuda_int8_factors: the tests open it themselves too).
+  for tool in memcheck racecheck; do
+    SKETCHCORE_CUDA_UNVERIFIED=cuda_int8_factors compute-sanitizer --tool $tool --error-exitcode 99 \
+      --target-processes all "$python" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_int8.py \
+      -k "strided or sizes or (references and silu)" || rc=1
+  done
   return $rc
 }
 

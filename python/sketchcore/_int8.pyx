@@ -1,15 +1,17 @@
 # cython: language_level=3
 """Bindings of the int8 sketched GEMM (src/cpp/include/sketchcore/int8_matmul.hpp): the packed
 int8 factor, per-column weight quantization, and the product itself. x arrives through DLPack
-(no copy); the C++ core runs with the GIL released; C++ errors come back as Python exceptions."""
-from libc.stdint cimport int64_t
+(no copy; a CUDA array on its framework's current stream); the C++ core runs with the GIL
+released; C++ errors come back as Python exceptions."""
+from libc.stdint cimport int64_t, uintptr_t
 from libcpp.string cimport string
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor
+from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_device
+from sketchcore._framework_gemm cimport _stream_of
 from sketchcore._sketchcore cimport Activation, Epilogue
 
-from sketchcore import _framework
+from sketchcore import _cuda, _framework
 
 import numpy
 
@@ -17,18 +19,20 @@ _ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_
 
 
 def _as_numpy(obj, str op, str name):
-    """A NumPy view of a CPU array from any DLPack producer (NumPy itself, torch CPU tensors)."""
+    """A NumPy view of a CPU array from any DLPack producer (NumPy itself, torch CPU tensors), or
+    a NumPy copy of a torch/CuPy CUDA array (factors are packed on the host, once)."""
     if isinstance(obj, numpy.ndarray):
         return obj
     if is_torch_tensor(obj):
-        if obj.device.type != "cpu":
-            raise NotImplementedError(f"{op}: {name}: expected a CPU array (the int8 factors are packed for the "
-                                      f"CPU kernels; no CUDA int8 path yet), got a tensor on {obj.device}")
         obj = obj.detach()
+        if obj.device.type != "cpu":
+            obj = obj.cpu()
         if str(obj.dtype) == "torch.bfloat16":
             obj = obj.float()  # NumPy has no bfloat16; the float32 values are exact
         return obj.numpy()
     if hasattr(obj, "__dlpack__"):
+        if _framework.is_cuda_array(obj) and hasattr(obj, "get"):
+            return obj.get()  # CuPy: a host copy
         return numpy.from_dlpack(obj)
     raise TypeError(f"{op}: {name}: expected an array (NumPy, torch or another DLPack producer), "
                     f"got {type(obj).__name__}")
@@ -45,8 +49,9 @@ cdef class Int8Factor:
     Parameters
     ----------
     q : array of int8, shape (k, n)
-        Values in [-127, 127] (symmetric: -128 is refused). NumPy, a torch CPU tensor or any
-        DLPack producer; any strides.
+        Values in [-127, 127] (symmetric: -128 is refused). NumPy, a torch tensor or any
+        DLPack producer; any strides. A CUDA array is copied to the host: the factor is packed
+        there, and copied to a device on its first call there.
     scale : array of float32, shape (n,)
         Finite, non-negative column scales.
 
@@ -135,7 +140,8 @@ def quantize_int8(w):
     Parameters
     ----------
     w : array, shape (k, n)
-        Any real floating dtype (converted to float32); NumPy, torch CPU or another DLPack producer.
+        Any real floating dtype (converted to float32); NumPy, torch or another DLPack producer
+        (CUDA arrays of torch or CuPy are copied to the host).
 
     Returns
     -------
@@ -189,13 +195,14 @@ cdef Int8Factor _factor(obj, str name):
     return <Int8Factor>obj
 
 
-cdef ImportedTensor _import_cpu(obj, str name, bint for_writing):
-    cdef ImportedTensor t = import_array(obj, name, for_writing)
-    if t.view.device().type != core.DeviceType.cpu:
-        raise NotImplementedError(f"int8_sketched_matmul: {name}: expected an array in CPU memory (the int8 "
-                                  f"sketched GEMM has no CUDA implementation yet), got an array on cuda:"
-                                  f"{t.view.device().index}")
-    return t
+cdef ImportedTensor _import(obj, str name, bint for_writing, object stream):
+    """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
+    cdef int device
+    if stream is not None:
+        device = torch_device(obj)
+        if device >= 0 or (device == -2 and _framework.is_cuda_array(obj)):
+            return import_array(obj, name, for_writing, stream if stream != 0 else 1)  # DLPack's legacy stream: 1
+    return import_array(obj, name, for_writing)
 
 
 def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activation=None, out=None):
@@ -211,7 +218,11 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     Parameters
     ----------
     x : array of float32, shape (..., d_in)
-        NumPy, torch CPU tensor or another DLPack producer; any strides (read in place).
+        NumPy, a torch tensor or another DLPack producer; any strides (read in place). On a
+        CUDA device (CuPy, torch CUDA tensors; ``bias`` and ``out`` on the same device) the call
+        runs on the framework's current stream with cuBLASLt int8 GEMMs, the factors copied to
+        the device on their first call there. That path has not yet run on a GPU: it needs the
+        gated path ``cuda_int8_factors`` open (see :func:`sketchcore.gated_paths`).
     S : Int8Factor, shape (d_in, r)
     U : Int8Factor, shape (r, d_out)
     bias : array of float32, shape (d_out,), optional
@@ -230,11 +241,13 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     Raises
     ------
     TypeError
-        ``S``/``U`` not Int8Factor, ``x``/``bias``/``out`` not float32 arrays.
+        ``S``/``U`` not Int8Factor, ``x``/``bias``/``out`` not float32 arrays, ``bias``/``out``
+        not on ``x``'s device, or ``x`` on a CUDA device in a build without the CUDA backend.
     ValueError
         Extents that do not chain, a wrong bias or out, an unknown activation.
-    NotImplementedError
-        ``x`` on a CUDA device (no CUDA int8 path yet).
+    RuntimeError
+        ``x`` on a CUDA device while the gated path ``cuda_int8_factors`` is closed (the message
+        names it and how to open it), or a CUDA failure.
 
     Examples
     --------
@@ -250,12 +263,13 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     epilogue.inner_activation = _activation(inner_activation, "inner_activation")
     if is_torch_tensor(x) and x.requires_grad:
         x = x.detach()  # inference only: the int8 product has no backward
-    cdef ImportedTensor xt = _import_cpu(x, "x", False)
+    stream = _stream_of(x)
+    cdef ImportedTensor xt = _import(x, "x", False, stream)
     cdef ImportedTensor bt
     if bias is not None:
         if is_torch_tensor(bias) and bias.requires_grad:
             bias = bias.detach()
-        bt = _import_cpu(bias, "bias", False)
+        bt = _import(bias, "bias", False, stream)
         epilogue.bias = bt.view
     shape = tuple(core.int8_sketched_matmul_output_shape(xt.view, s.factor[0], u.factor[0]))
     cdef ImportedTensor ot
@@ -266,12 +280,15 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
             out = x.new_empty(shape)
         else:
             out = _framework.empty_like(x, shape, dlpack_dtype="float32")
-    ot = _import_cpu(out, "out", True)
+    ot = _import(out, "out", True, stream)
     if ot.read_only:
         raise ValueError("int8_sketched_matmul: out: expected a writable array, got a read-only one")
     if ot.is_copy:
         raise ValueError("int8_sketched_matmul: out: expected the array's own memory, "
                          "got a copy made by its DLPack producer")
+    if stream is not None:  # a CUDA call: the core runs on the framework's current stream
+        _cuda.preload_cublaslt()
+        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
     with nogil:
         core.int8_sketched_matmul(xt.view, s.factor[0], u.factor[0], ot.view, epilogue)
     return out

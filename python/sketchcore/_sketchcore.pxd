@@ -164,6 +164,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         cuda_performer_kernels
         jax_cuda_handlers
         cuda_inner_activation
+        cuda_int8_factors
 
     cdef cppclass GatedPathInfo:
         GatedPath path

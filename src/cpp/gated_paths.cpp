@@ -21,7 +21,7 @@ struct Entry {
   const char* description;
 };
 
-constexpr std::array<Entry, 4> kPaths{{
+constexpr std::array<Entry, 5> kPaths{{
     {GatedPath::cuda_padded_inner_width, "cuda_padded_inner_width",
      "CUDA sketched GEMMs with a rank whose rows are not a multiple of 16 bytes run each term padded to "
      "the next such width (cuBLASLt's fast kernels); closed: the unpadded cuBLASLt call"},
@@ -33,6 +33,9 @@ constexpr std::array<Entry, 4> kPaths{{
     {GatedPath::cuda_inner_activation, "cuda_inner_activation",
      "sketched_matmul's inner (bottleneck) activation on CUDA devices; closed: sketchcore.torch runs its "
      "composite torch formula, other CUDA arrays are refused"},
+    {GatedPath::cuda_int8_factors, "cuda_int8_factors",
+     "int8_sketched_matmul on CUDA devices (cuBLASLt int8 GEMMs, own quantization and epilogue kernels); "
+     "closed: int8_sketched_matmul on a CUDA array is refused"},
 }};
 
 std::size_t index_of(GatedPath path) noexcept { return static_cast<std::size_t>(path); }

@@ -70,11 +70,6 @@ std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x,
                                                             const Int8Factor& U) {
   if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
   if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
-  if (x.device().type != DeviceType::cpu) {
-    detail::fail<device_error>(kOp, "x",
-                               "an array in CPU memory (the int8 sketched GEMM has no CUDA implementation yet)",
-                               device_name(x.device()));
-  }
   if (x.size(-1) != S.rows()) {
     detail::fail<shape_error>(kOp, "S", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])",
                               "shape (" + std::to_string(S.rows()) + ", " + std::to_string(S.cols()) + ")");
@@ -82,6 +77,10 @@ std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x,
   if (U.rows() != S.cols()) {
     detail::fail<shape_error>(kOp, "U", std::to_string(S.cols()) + " rows (the columns of S)",
                               "shape (" + std::to_string(U.rows()) + ", " + std::to_string(U.cols()) + ")");
+  }
+  if (x.device().type != DeviceType::cpu && !detail::backend_for(x.device().type)) {
+    detail::fail<device_error>(kOp, "x", "an array in CPU memory (this build of sketchcore has no CUDA backend)",
+                               device_name(x.device()));
   }
   std::vector<std::int64_t> shape = x.shape();
   shape.back() = U.cols();

@@ -14,7 +14,8 @@
 // both sides of every inner product, so the sums are the unpadded ones. Padding has not yet run
 // on a GPU: it is the gated path cuda_padded_inner_width (gated_paths.hpp), and while that is
 // closed cuda_inner_width() answers k itself, the unpadded call that last passed on a device.
-// The fused Performer kernels are gated likewise (cuda_performer_kernels).
+// The fused Performer kernels are gated likewise (cuda_performer_kernels), and so is the int8
+// sketched GEMM (cuda_int8_factors, int8_cuda.cu).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -403,9 +404,8 @@ class CudaBackend final : public detail::Backend {
     performer_attention_backward_on_device(p, grad_out, g);
   }
   void int8_sketched_matmul(const detail::Int8MatmulProblem& p) const override {
-    // Not written yet: the factors are packed for the CPU kernels (issue 49 plans cuBLASLt int8).
-    throw device_error("int8_sketched_matmul: x: expected an array in CPU memory (the int8 sketched GEMM has no "
-                       "CUDA implementation yet), got " + device_name(p.x.device()));
+    require_gated_path(GatedPath::cuda_int8_factors, "int8_sketched_matmul on a CUDA device");
+    int8_sketched_matmul_on_device(p);
   }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
   int device_count() const noexcept override {

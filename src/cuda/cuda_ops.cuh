@@ -1,4 +1,4 @@
-// The CUDA backend's sketch and Performer operations, called by CudaBackend (cuda_backend.cu) on
+// The CUDA backend's sketch, Performer and int8 operations, called by CudaBackend (cuda_backend.cu) on
 // problems the core has validated (kernels and staging: cuda_sketch.cu, performer_*.cu).
 #pragma once
 
@@ -19,5 +19,8 @@ void sketch_apply_on_device(const detail::SketchApplyProblem& problem);
 void performer_attention_on_device(const detail::PerformerProblem& problem);
 void performer_attention_backward_on_device(const detail::PerformerProblem& problem, const TensorView& grad_out,
                                             const PerformerGradients& grads);
+
+/// int8_sketched_matmul on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
+void int8_sketched_matmul_on_device(const detail::Int8MatmulProblem& problem);
 
 }  // namespace sketchcore::cuda

@@ -14,20 +14,6 @@ namespace sketchcore::cuda {
 
 namespace {
 
-__device__ __forceinline__ std::int64_t row_offset(const RowLayout& layout, std::int64_t row) {
-  // One leading dimension (every compact buffer): no 64-bit division. The division below is
-  // emulated on the GPU, and once per element it made the epilogue pass 15x slower than its
-  // memory traffic (H100, 2026-11-22).
-  if (layout.lead_ndim == 1) return row * layout.lead_stride[0];
-  std::int64_t offset = 0;
-  for (int k = layout.lead_ndim - 1; k >= 0; --k) {
-    const std::int64_t extent = layout.lead_shape[k];
-    offset += (row % extent) * layout.lead_stride[k];
-    row /= extent;
-  }
-  return offset;
-}
-
 template <class T>
 __global__ void copy_strided_kernel(const T* src, Strided s, T* dst, Strided d, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += index_step()) {

@@ -255,4 +255,50 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
             "cublasLtMatmul");
 }
 
+void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
+                  const std::int8_t* b, std::int32_t* d, cudaStream_t stream) {
+  const lt::Api& api = lt::api();
+  Descriptors desc;
+  lt::check(api.matmul_desc_create(&desc.desc, lt::kCompute32I, lt::kR32I), "cublasLtMatmulDescCreate(int8)");
+  set(desc.desc, lt::kDescTransA, static_cast<std::int32_t>(lt::kOpT));
+  set(desc.desc, lt::kDescTransB, static_cast<std::int32_t>(lt::kOpN));
+  const auto um = static_cast<std::uint64_t>(m), un = static_cast<std::uint64_t>(n), uk = static_cast<std::uint64_t>(k);
+  lt::check(api.matrix_layout_create(&desc.a, lt::kR8I, uk, um, k), "cublasLtMatrixLayoutCreate(A, int8)");
+  lt::check(api.matrix_layout_create(&desc.b, lt::kR8I, uk, un, k), "cublasLtMatrixLayoutCreate(B, int8)");
+  lt::check(api.matrix_layout_create(&desc.c, lt::kR32I, um, un, m), "cublasLtMatrixLayoutCreate(D, int32)");
+
+  // The key of the int8 plans: the type slot holds kR8I, which no floating-point plan has.
+  const PlanKey key{device, lt::kR8I, lt::kCompute32I, m, n, k, false, false, k, k, m, 0u,
+                    std::array<std::uint32_t, 4>{alignment_of(a), alignment_of(b), alignment_of(d), 0u}, false};
+  lt::HeuristicResult plan{};
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(plan_cache().mutex);
+    auto found = plan_cache().plans.find(key);
+    if (found != plan_cache().plans.end()) {
+      plan = found->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    lt::check(api.preference_create(&desc.preference), "cublasLtMatmulPreferenceCreate");
+    set(desc.preference, lt::kPrefMaxWorkspaceBytes, static_cast<std::uint64_t>(kMaxWorkspace));
+    int returned = 0;
+    lt::check(api.algo_get_heuristic(handle_for(device), desc.desc, desc.a, desc.b, desc.c, desc.c, desc.preference, 1,
+                                     &plan, &returned),
+              "cublasLtMatmulAlgoGetHeuristic(int8)");
+    if (returned == 0 || plan.state != lt::kSuccess) {
+      throw cuda_error("sketchcore: cuBLASLt offers no algorithm for a " + std::to_string(n) + "×" + std::to_string(k) +
+                       "·" + std::to_string(k) + "×" + std::to_string(m) + " int8 GEMM");
+    }
+    std::lock_guard<std::mutex> lock(plan_cache().mutex);
+    plan_cache().plans.emplace(key, plan);
+  }
+  const std::int32_t alpha = 1, beta = 0;
+  DeviceBuffer workspace(device, plan.workspace_size, stream);
+  lt::check(api.matmul(handle_for(device), desc.desc, &alpha, a, desc.a, b, desc.b, &beta, d, desc.c, d, desc.c,
+                       &plan.algo, workspace.as<void>(), plan.workspace_size, stream),
+            "cublasLtMatmul(int8)");
+}
+
 }  // namespace sketchcore::cuda

@@ -42,4 +42,15 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
              const DeviceMatrix& a, const DeviceMatrix& b, double beta, void* c, std::int64_t ldc,
              const LtEpilogue& epilogue, bool allow_tf32, cudaStream_t stream);
 
+/// The int8 product of the int8 sketched GEMM, exact in int32: d (n × m, row-major, leading
+/// dimension m) with d(r, j) = Σ_c b(r, c) · a(j, c) for c < k, where `a` holds m rows of k int8
+/// values (a factor's columns, detail/int8_device.hpp) and `b` n rows of k int8 values (quantized
+/// activations), both with leading dimension k. In cuBLASLt's column-major terms the "TN" int8
+/// GEMM its tensor-core kernels run, D = Aᵀ·B with CUBLAS_COMPUTE_32I; m and k must be multiples
+/// of 16 (leading dimensions too), the pointers 16-byte aligned. Plans are cached per shape.
+/// UNVERIFIED: never run on a GPU (gated path cuda_int8_factors).
+/// @throws cuda_error when cuBLASLt fails or offers no algorithm
+void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
+                  const std::int8_t* b, std::int32_t* d, cudaStream_t stream);
+
 }  // namespace sketchcore::cuda

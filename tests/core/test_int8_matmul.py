@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sketchcore
-from _reference import ACTIVATIONS, activate
+from _reference import ACTIVATIONS, activate, dequantized, q8_rows, quantized_reference
 from sketchcore import _int8
 
 ISAS = [isa for isa in ("avx512_vnni", "avx_vnni", "avx2", "portable") if _int8.int8_gemm_isa_supported(isa)]
@@ -22,36 +22,6 @@ def isa(request):
     _int8.set_int8_gemm_isa(request.param)
     yield request.param
     _int8.set_int8_gemm_isa(before)
-
-
-def q8_rows(x):
-    """Per-row symmetric quantization in float32, as documented (q = rint(x · (127/max|x|))):
-    (q as int64, row scales max|x|/127)."""
-    x = np.asarray(x, np.float32)
-    max_abs = np.abs(x).max(axis=-1) if x.shape[-1] else np.zeros(x.shape[0], np.float32)
-    scale = (max_abs / np.float32(127)).astype(np.float32)
-    inverse = np.float32(127) / np.where(max_abs == 0, np.float32(1), max_abs)
-    q = np.clip(np.rint(x * inverse[:, None]), -127, 127).astype(np.int64)
-    return q, scale
-
-
-def dequantized(q, row_scale, col_scale):
-    """float32(Σ) · (row scale · column scale), rounded as float32 like the kernels."""
-    scale = (row_scale[:, None] * col_scale[None, :]).astype(np.float32)
-    return (q.astype(np.float32) * scale).astype(np.float32)
-
-
-def quantized_reference(x, S, U, bias, activation, inner):
-    """The quantized math, step by step: exact int64 sums, float32 dequantization."""
-    x2 = np.asarray(x, np.float32).reshape(-1, x.shape[-1])
-    qx, sx = q8_rows(x2)
-    z = dequantized(qx @ S.q.astype(np.int64), sx, S.scale)
-    z = activate(z.astype(np.float64), inner).astype(np.float32)
-    qz, sz = q8_rows(z)
-    y = dequantized(qz @ U.q.astype(np.int64), sz, U.scale).astype(np.float64)
-    if bias is not None:
-        y = y + np.asarray(bias, np.float64)
-    return activate(y, activation).reshape(x.shape[:-1] + (U.shape[1],))
 
 
 def factor(rng, k, n):
@@ -273,14 +243,50 @@ def test_concurrent_calls_share_factors(rng):
         np.testing.assert_allclose(y, quantized_reference(x, S, U, None, "gelu", "none"), rtol=2e-6, atol=1e-5)
 
 
-def test_cuda_x_is_refused_naming_the_device(rng):
+@pytest.mark.skipif(sketchcore.cuda_device_count() > 0,
+                    reason="host memory labelled as CUDA would reach a real device; tests/gpu/test_gpu_int8.py covers devices")
+def test_cuda_x_is_refused_before_any_device_is_touched(rng):
+    # Host memory labelled as CUDA memory, as DLPack describes it: validated like any CUDA array, then
+    # refused by a CPU-only build (TypeError naming the device) or, in a CUDA build, by the closed
+    # gated path cuda_int8_factors (RuntimeError naming it and how to open it) — never a crash.
     from _fake_dlpack import FakeProducer
 
     S, _ = factor(rng, 4, 3)
     U, _ = factor(rng, 3, 2)
-    x = FakeProducer(np.ones((2, 4), np.float32), device=(2, 0))  # a CUDA array, as DLPack describes it
-    with pytest.raises(NotImplementedError, match=r"int8_sketched_matmul: x: expected an array in CPU memory .*cuda:0"):
-        sketchcore.int8_sketched_matmul(x, S, U)
+    x = FakeProducer(np.ones((2, 4), np.float32), device=(2, 0))
+    out = FakeProducer(np.empty((2, 2), np.float32), device=(2, 0))
+    if not sketchcore.build_info()["cuda"]:
+        with pytest.raises(TypeError, match=r"int8_sketched_matmul: x: expected an array in CPU memory "
+                                            r"\(this build of sketchcore has no CUDA backend\), got cuda:0"):
+            sketchcore.int8_sketched_matmul(x, S, U, out=out)
+        return
+    with sketchcore.gated_path("cuda_int8_factors", False):
+        with pytest.raises(RuntimeError, match=r"int8_sketched_matmul on a CUDA device: this runs the gated path "
+                                               r"'cuda_int8_factors'.*SKETCHCORE_CUDA_UNVERIFIED=1"):
+            sketchcore.int8_sketched_matmul(x, S, U, out=out)
+
+
+def test_cuda_arguments_are_validated_before_the_device(rng):
+    # Shapes and dtypes are the core's first checks, whatever the device (and whatever the build).
+    from _fake_dlpack import FakeProducer
+
+    S, _ = factor(rng, 4, 3)
+    U, _ = factor(rng, 3, 2)
+    x = FakeProducer(np.ones((2, 5), np.float32), device=(2, 0))
+    with pytest.raises(ValueError, match=r"int8_sketched_matmul: S: expected d_in = 5 rows"):
+        sketchcore.int8_sketched_matmul(x, S, U, out=FakeProducer(np.empty((2, 2), np.float32), device=(2, 0)))
+    x64 = FakeProducer(np.ones((2, 4), np.float64), device=(2, 0))
+    with pytest.raises(TypeError, match=r"int8_sketched_matmul: x: expected dtype float32, got float64"):
+        sketchcore.int8_sketched_matmul(x64, S, U, out=FakeProducer(np.empty((2, 2), np.float32), device=(2, 0)))
+
+
+def test_factors_from_other_frameworks_are_packed_on_the_host(rng):
+    # A torch tensor is taken through its host copy (a CUDA one would be copied; a CPU one is read).
+    q = rng.integers(-127, 128, size=(6, 5)).astype(np.int8)
+    scale = rng.uniform(0.01, 1.0, size=5).astype(np.float32)
+    f = sketchcore.Int8Factor(torch.from_numpy(q).t().contiguous().t(), torch.from_numpy(scale))
+    np.testing.assert_array_equal(f.q, q)
+    np.testing.assert_array_equal(f.scale, scale)
 
 
 def test_environment_caps_the_kernel_family():

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "sketchcore/errors.hpp"
+#include "sketchcore/gated_paths.hpp"
 #include "sketchcore/int8_matmul.hpp"
+#include "sketchcore/runtime.hpp"
 
 namespace sc = sketchcore;
 
@@ -141,10 +143,31 @@ TEST(Int8Matmul, ErrorsNameTheArgument) {
   EXPECT_THROW(sc::int8_sketched_matmul(sc::TensorView(xd.data(), sc::DType::float64, {2, 2}), f, f,
                                         sc::TensorView(y.data(), sc::DType::float32, {2, 2})),
                sc::dtype_error);
+  // Host memory labelled as CUDA memory: a CPU-only build refuses the device; a CUDA build refuses
+  // the closed gated path before anything touches a device.
   const sc::Device gpu{sc::DeviceType::cuda, 0};
-  EXPECT_THROW(sc::int8_sketched_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 2}, {}, gpu), f, f,
-                                        sc::TensorView(y.data(), sc::DType::float32, {2, 2}, {}, gpu)),
-               sc::device_error);
+  const auto on_gpu = [&] {
+    sc::int8_sketched_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 2}, {}, gpu), f, f,
+                             sc::TensorView(y.data(), sc::DType::float32, {2, 2}, {}, gpu));
+  };
+  if (sc::build_info().cuda) {
+    const sc::ScopedGatedPath closed(sc::GatedPath::cuda_int8_factors, false);
+    try {
+      on_gpu();
+      FAIL() << "the closed gate let the call through";
+    } catch (const sc::unverified_path_error& e) {
+      EXPECT_NE(std::string(e.what()).find("int8_sketched_matmul on a CUDA device: this runs the gated path "
+                                           "'cuda_int8_factors'"),
+                std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("SKETCHCORE_CUDA_UNVERIFIED=1"), std::string::npos);
+    }
+    if (sc::cuda_device_count() == 0) {  // open, without a device: the CUDA runtime's error, never a crash
+      const sc::ScopedGatedPath open(sc::GatedPath::cuda_int8_factors, true);
+      EXPECT_THROW(on_gpu(), sc::cuda_error);
+    }
+  } else {
+    EXPECT_THROW(on_gpu(), sc::device_error);
+  }
   sc::Epilogue dropout;
   dropout.dropout_p = 0.5;
   try {

@@ -194,6 +194,8 @@ def test_every_wrong_input_or_layer_is_refused_naming_what_was_expected(rng):
             layer(torch.ones(2, 8, dtype=torch.int64))
         with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 8\), got \(2, 9\)"):
             layer(torch.ones(2, 9))
+        with pytest.raises(RuntimeError, match="x: expected a tensor on the layer's device cpu, got device meta"):
+            layer(torch.ones(2, 8, device="meta"))
     with pytest.raises(TypeError, match="expected a LowRankLinear or SKLinear, got Linear"):
         Int8LowRankLinear.from_float(nn.Linear(8, 4))
     with pytest.raises(ValueError, match="activation: expected one of .* got 'tanh'"):

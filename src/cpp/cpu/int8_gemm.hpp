@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "detail/int8_device.hpp"
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/int8_matmul.hpp"
 
@@ -31,6 +32,7 @@ struct Int8Factor::Packed {
   std::int32_t* column_offsets = nullptr; ///< panels · 64 values of 128 · Σ_i q[i][j]
   void* storage = nullptr;                ///< the one allocation holding the three
   std::int64_t storage_bytes = 0;
+  mutable detail::DeviceCopies device_copies;  ///< the factor on devices (detail/int8_device.hpp), made on first use
 };
 
 namespace detail {

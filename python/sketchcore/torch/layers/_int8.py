@@ -1,5 +1,5 @@
 """``Int8LowRankLinear``: a low-rank layer whose factors are stored as int8 with per-column
-float32 scales, for inference on the CPU through sketchcore's int8 sketched GEMM."""
+float32 scales, for inference through sketchcore's int8 sketched GEMM (CPU; CUDA behind a gate)."""
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 import sketchcore
+from sketchcore._gates import require_gated_path
 from sketchcore.torch._common import ACTIVATIONS, positive_int
 from sketchcore.torch.layers._layer_state import SketchedLayer
 from sketchcore.torch.layers._lowrank import LowRankLinear
@@ -48,9 +49,11 @@ class Int8LowRankLinear(SketchedLayer):
     dequantisation, σ (``inner_activation``), bias and activation. The factors are packed for
     the kernel once, on the first call after they change.
 
-    Inference only, on the CPU: there are no parameters and no gradients. A layer in training
-    mode, or an input that requires grad while grad mode is on, raises (train the float layer,
-    then quantize it). A float32 input is used without a copy; float16, bfloat16 and float64
+    Inference only: there are no parameters and no gradients. On a CUDA device (the layer and
+    the input there) it runs cuBLASLt int8 GEMMs, a path that has not yet run on a GPU: it needs
+    the gated path ``cuda_int8_factors`` open (``sketchcore.set_gated_path``), else the call
+    raises RuntimeError naming it. A layer in training mode, or an input that requires grad
+    while grad mode is on, raises (train the float layer, then quantize it). A float32 input is used without a copy; float16, bfloat16 and float64
     inputs are cast to float32 (one copy of the input) and the output cast back to the input's
     dtype. Dropout is not part of inference and is dropped.
 
@@ -62,7 +65,7 @@ class Int8LowRankLinear(SketchedLayer):
     activation, inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         None means ``"none"``.
     device : optional
-        Of the buffers (the kernel runs on the CPU).
+        Of the buffers; the input must be on the same device.
 
     Raises
     ------
@@ -202,11 +205,10 @@ class Int8LowRankLinear(SketchedLayer):
         tensors = (self.S_q, self.S_scale, self.U_q, self.U_scale)
         key = tuple((id(t), t._version) for t in tensors)
         if self._packed is None or self._packed[0] != key:
-            if any(t.device.type != "cpu" for t in tensors):
-                raise RuntimeError(f"Int8LowRankLinear: expected the layer on the CPU (the int8 kernel is CPU only), "
-                                   f"got device {self.S_q.device}")
-            S = sketchcore.Int8Factor(self.S_q.numpy(), self.S_scale.numpy())
-            U = sketchcore.Int8Factor(self.U_q.numpy(), self.U_scale.numpy())
+            # Packed on the host (a CUDA layer's buffers are copied once); the core copies the
+            # packed factors to a device on their first call there.
+            S = sketchcore.Int8Factor(self.S_q.cpu().numpy(), self.S_scale.cpu().numpy())
+            U = sketchcore.Int8Factor(self.U_q.cpu().numpy(), self.U_scale.cpu().numpy())
             self._packed = (key, S, U)
         return self._packed[1], self._packed[2]
 
@@ -220,9 +222,11 @@ class Int8LowRankLinear(SketchedLayer):
                                "training through int8 factors is not supported")
         if not x.is_floating_point():
             raise TypeError(f"Int8LowRankLinear: x: expected a floating-point tensor, got {x.dtype}")
-        if x.device.type != "cpu":
-            raise RuntimeError(f"Int8LowRankLinear: x: expected a CPU tensor (the int8 kernel is CPU only), "
+        if x.device != self.S_q.device:
+            raise RuntimeError(f"Int8LowRankLinear: x: expected a tensor on the layer's device {self.S_q.device}, "
                                f"got device {x.device}")
+        if x.device.type == "cuda":
+            require_gated_path("cuda_int8_factors", "Int8LowRankLinear on a CUDA tensor")
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Int8LowRankLinear: x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
 

@@ -61,7 +61,7 @@ class SKETCHCORE_API Int8Factor {
 /// @throws shape_error  for x without dimensions or extents that do not chain
 ///                      (x.shape[-1] = S.rows(), S.cols() = U.rows())
 /// @throws dtype_error  for an x that is not float32
-/// @throws device_error for an x that is not in host memory (the CUDA int8 path is not written)
+/// @throws device_error for an x on a CUDA device when this build has no CUDA backend
 SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
                                                                            const Int8Factor& U);
 
@@ -73,13 +73,19 @@ SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const
 /// An all-zero row quantizes to zeros; a row with a non-finite value gives a NaN row.
 /// `out` (float32, shape int8_sketched_matmul_output_shape) must have unit column stride and
 /// leading dimensions that collapse into one row stride, no overlap with x or the bias.
-/// Dropout is not supported (epilogue.dropout_p must be 0). Runs on sketchcore's workers with
-/// the kernels of int8_gemm_isa(). Thread safety: concurrent calls are safe when their outputs
-/// do not overlap.
+/// Dropout is not supported (epilogue.dropout_p must be 0). On the CPU, runs on sketchcore's
+/// workers with the kernels of int8_gemm_isa(). On a CUDA device (x, out and the bias there),
+/// runs on the calling thread's stream: the factors are copied to the device on their first
+/// call there (kept until the factor dies; that first call synchronises and cannot be captured
+/// in a CUDA graph), the products are cuBLASLt int8 GEMMs with int32 sums, temporaries come from
+/// the device pool. The CUDA path has not yet run on a GPU: it is the gated path
+/// GatedPath::cuda_int8_factors (gated_paths.hpp). Thread safety: concurrent calls are safe
+/// when their outputs do not overlap.
 /// @throws shape_error  as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
 /// @throws dtype_error  as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
 /// @throws device_error as int8_sketched_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
 /// @throws std::invalid_argument for a dropout probability other than 0 or a non-finite scale
+/// @throws unverified_path_error for an x on a CUDA device while GatedPath::cuda_int8_factors is closed
 SKETCHCORE_API void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U,
                                          const TensorView& out, const Epilogue& epilogue = {});
 
