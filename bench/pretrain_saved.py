@@ -21,23 +21,26 @@ def kept_storages(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool
     """The storages kept for the backward of one forward on `batch` (parameters left out), by
     address: bytes, shape, dtype and producer of the first tensor seen on each. Runs the backward."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, dict[str, Any]] = {}
+    packs: list[Any] = []
 
     def pack(t: torch.Tensor) -> Any:
-        packed = _memory_mode._pack(t) if memory_mode else t
-        for held in (_memory_mode.held_tensors(packed) if memory_mode else [t]):
-            address = held.untyped_storage().data_ptr()
-            if address not in params and address not in kept:
-                producer = type(held.grad_fn).__name__ if held.grad_fn is not None else "leaf/constant"
-                kept[address] = {"bytes": held.untyped_storage().nbytes(), "shape": tuple(held.shape),
-                                 "dtype": str(held.dtype).removeprefix("torch."), "producer": producer}
-        return packed
+        packs.append(_memory_mode._pack(t) if memory_mode else t)
+        return packs[-1]
 
     with contextlib.ExitStack() as stack:
         if memory_mode:
             stack.enter_context(low_rank_activations())
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, _memory_mode._unpack))
         loss = model(input_ids=batch, labels=batch).loss
+    kept: dict[int, dict[str, Any]] = {}
+    # counted after the forward: a function's own output it saved becomes a recipe once registered
+    for held in (t for packed in packs for t in _memory_mode.held_tensors(packed)):
+        address = held.untyped_storage().data_ptr()
+        if address not in params and address not in kept:
+            producer = type(held.grad_fn).__name__ if held.grad_fn is not None else "leaf/constant"
+            kept[address] = {"bytes": held.untyped_storage().nbytes(), "shape": tuple(held.shape),
+                             "dtype": str(held.dtype).removeprefix("torch."), "producer": producer}
+    del packs
     loss.backward()
     model.zero_grad(set_to_none=True)
     return kept

@@ -95,7 +95,11 @@ def register(y: Tensor, grad_fn: Any, U: Tensor, bias: Optional[Tensor], activat
 def _pack(t: Tensor) -> Any:
     recipe = recipe_of(t)
     if recipe is None or not recipe.intact():
-        return Kept(t)
+        kept = Kept(t)
+        fresh = getattr(_state, "fresh", None)
+        if fresh is not None:  # saved inside a watched call: perhaps its output, registered next
+            fresh.append(kept)
+        return kept
     recipe.acquire()
     return Packed(recipe, t)
 
@@ -109,8 +113,10 @@ def _unpack(packed: Any) -> Tensor:
 def held_tensors(packed: Any) -> list[Tensor]:
     """The tensors autograd keeps alive through what `_pack` returned (for counting bytes)."""
     if isinstance(packed, Kept):
-        return [packed.tensor]
-    return packed.recipe.held_tensors() if isinstance(packed, Packed) else []
+        packed = packed.packed or packed.tensor
+    if isinstance(packed, Packed):
+        return packed.recipe.held_tensors()
+    return [packed] if isinstance(packed, Tensor) else []
 
 
 @contextlib.contextmanager
@@ -147,7 +153,7 @@ def low_rank_activations() -> Iterator[None]:
     previous = getattr(_state, "recipes", None)
     _state.recipes = {}
     try:
-        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), DeriveRecipes(recipe_of, register_recipe):
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), DeriveRecipes(recipe_of, register_recipe, _state):
             yield
     finally:
         _state.recipes = previous

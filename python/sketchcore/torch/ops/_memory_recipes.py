@@ -165,14 +165,27 @@ class Packed:
 
 class Kept:
     """A saved tensor kept as it is, with its version: autograd checks none under saved-tensor
-    hooks, so the unpack does (an in-place change after the forward raises, as without the mode)."""
+    hooks, so the unpack does (an in-place change after the forward raises, as without the mode).
+    A function that saves its own output (tanh, sigmoid, exp, relu) saves it before the output is
+    registered: ``adopt`` then swaps the tensor for its recipe."""
 
-    __slots__ = ("tensor", "version")
+    __slots__ = ("tensor", "version", "packed")
 
     def __init__(self, t: Tensor) -> None:
-        self.tensor, self.version = t, t._version
+        self.tensor: Optional[Tensor] = t
+        self.version = t._version
+        self.packed: Optional[Packed] = None
+
+    def adopt(self, recipe: Recipe) -> None:
+        """Keeps `recipe` in place of the tensor (a view of the storage the recipe recomputes)."""
+        assert self.tensor is not None
+        recipe.acquire()
+        self.packed, self.tensor = Packed(recipe, self.tensor), None
 
     def unpack(self) -> Tensor:
+        if self.packed is not None:
+            return self.packed.unpack()
+        assert self.tensor is not None
         if self.tensor._version != self.version:
             raise RuntimeError(
                 f"low_rank_activations: a tensor saved for the backward (shape {tuple(self.tensor.shape)}, dtype "

@@ -38,21 +38,32 @@ class DeriveRecipes(TorchFunctionMode):
     """Registers derived recipes for the allowlisted calls made inside it (grad mode only)."""
 
     def __init__(self, recipe_of: Callable[[Tensor], Optional[Recipe]],
-                 register: Callable[[Tensor, Recipe], None]) -> None:
+                 register: Callable[[Tensor, Recipe], None], state: Any) -> None:
         super().__init__()
-        self._recipe_of, self._register = recipe_of, register
+        self._recipe_of, self._register, self._state = recipe_of, register, state
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
                            kwargs: Optional[dict[str, Any]] = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func in ALLOWED and isinstance(out, Tensor) and out.requires_grad and torch.is_grad_enabled():
-            self._derive(func, args, kwargs, out)
+        if func not in ALLOWED:
+            return func(*args, **kwargs)
+        self._state.fresh = fresh = []  # what the pack keeps during the call (Kept)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._state.fresh = None
+        if isinstance(out, Tensor) and out.requires_grad and torch.is_grad_enabled():
+            recipe = self._derive(func, args, kwargs, out)
+            for kept in fresh if recipe is not None else ():
+                if kept.tensor is not None and kept.tensor.untyped_storage().data_ptr() == \
+                        out.untyped_storage().data_ptr() and kept.version == out._version:
+                    kept.adopt(recipe)  # the function saved its own output (tanh, sigmoid, exp, relu)
         return out
 
-    def _derive(self, func: Callable[..., Any], args: Any, kwargs: dict[str, Any], out: Tensor) -> None:
+    def _derive(self, func: Callable[..., Any], args: Any, kwargs: dict[str, Any], out: Tensor) -> Optional[Recipe]:
+        """Registers and returns the recipe of `out`, or None where it is not recomputable."""
         if "out" in kwargs or out._base is not None or out.layout != torch.strided or out.storage_offset() != 0:
-            return  # a view (its storage's recipe covers it) or a write into a given tensor
+            return None  # a view (its storage's recipe covers it) or a write into a given tensor
         leaves, spec = tree_flatten((args, kwargs))
         storage = out.untyped_storage()
         recorded: list[Any] = []
@@ -61,13 +72,16 @@ class DeriveRecipes(TorchFunctionMode):
                 recorded.append(leaf)
                 continue
             if leaf.untyped_storage().data_ptr() == storage.data_ptr() and storage.nbytes() > 0:
-                return  # the output is its argument (a cast to the same dtype, a contiguous tensor)
+                return None  # the output is its argument (a cast to the same dtype, a contiguous tensor)
             recipe = self._recipe_of(leaf)
             if recipe is not None:
                 recorded.append(View(recipe, leaf))
             elif leaf.requires_grad and not leaf.is_leaf:
-                return  # computed from something not recomputable: keep the output
+                return None  # computed from something not recomputable: keep the output
             else:
                 recorded.append(leaf)  # a constant, or a leaf such as a parameter (version-guarded)
-        if any(isinstance(r, View) for r in recorded):
-            self._register(out, DerivedRecipe(out, func, recorded, spec))
+        if not any(isinstance(r, View) for r in recorded):
+            return None
+        recipe = DerivedRecipe(out, func, recorded, spec)
+        self._register(out, recipe)
+        return recipe
