@@ -106,7 +106,8 @@ def _pack(t: Tensor) -> Any:
 
 def _unpack(packed: Any) -> Tensor:
     if isinstance(packed, Packed) and getattr(_state, "peeking", False):
-        return torch.zeros((), dtype=packed.recipe.dtype).expand(packed.size)  # a placeholder, never read
+        recipe = packed.recipe  # a placeholder of the right shape, never read
+        return torch.zeros((), dtype=recipe.dtype, device=recipe.device).expand(packed.size)
     return packed.unpack() if isinstance(packed, (Packed, Kept)) else packed
 
 
@@ -141,8 +142,9 @@ def low_rank_activations() -> Iterator[None]:
     --------
     >>> import torch
     >>> from sketchcore.torch import LowRankLinear, low_rank_activations
-    >>> gate, up = LowRankLinear(64, 256, 16, inner_activation="silu"), LowRankLinear(64, 256, 16, inner_activation="silu")
-    >>> down = LowRankLinear(256, 64, 16, inner_activation="silu")
+    >>> gate, up, down = (LowRankLinear(64, 256, 16, inner_activation="silu"),
+    ...                   LowRankLinear(64, 256, 16, inner_activation="silu"),
+    ...                   LowRankLinear(256, 64, 16, inner_activation="silu"))
     >>> x = torch.randn(8, 64)
     >>> with low_rank_activations():
     ...     loss = down(torch.nn.functional.silu(gate(x)) * up(x)).square().sum()
@@ -153,7 +155,8 @@ def low_rank_activations() -> Iterator[None]:
     previous = getattr(_state, "recipes", None)
     _state.recipes = {}
     try:
-        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), DeriveRecipes(recipe_of, register_recipe, _state):
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), \
+                DeriveRecipes(recipe_of, register_recipe, _state):
             yield
     finally:
         _state.recipes = previous

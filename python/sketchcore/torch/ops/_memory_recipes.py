@@ -35,7 +35,8 @@ class Recipe:
     tensors it holds with their versions at registration (``guards``, inputs' included)."""
 
     def __init__(self, like: Tensor, held: list[Tensor], inputs: list[Recipe]) -> None:
-        self.size, self.stride, self.dtype = tuple(like.size()), tuple(like.stride()), like.dtype
+        self.size, self.stride = tuple(like.size()), tuple(like.stride())
+        self.dtype, self.device = like.dtype, like.device
         self.inputs = inputs
         self.guards: dict[int, tuple[Tensor, int]] = {}
         for recipe in inputs:
@@ -120,7 +121,8 @@ class View:
     __slots__ = ("recipe", "size", "stride", "offset")
 
     def __init__(self, recipe: Recipe, t: Tensor) -> None:
-        self.recipe, self.size, self.stride, self.offset = recipe, tuple(t.size()), tuple(t.stride()), t.storage_offset()
+        self.recipe, self.size, self.stride = recipe, tuple(t.size()), tuple(t.stride())
+        self.offset = t.storage_offset()
 
     def materialize(self) -> Tensor:
         return self.recipe.value().as_strided(self.size, self.stride, self.offset)
@@ -154,7 +156,8 @@ class Packed:
     __slots__ = ("recipe", "size", "stride", "offset")
 
     def __init__(self, recipe: Recipe, t: Tensor) -> None:
-        self.recipe, self.size, self.stride, self.offset = recipe, tuple(t.size()), tuple(t.stride()), t.storage_offset()
+        self.recipe, self.size, self.stride = recipe, tuple(t.size()), tuple(t.stride())
+        self.offset = t.storage_offset()
 
     def unpack(self) -> Tensor:
         self.recipe.check()
