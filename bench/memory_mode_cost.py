@@ -41,7 +41,8 @@ class CacheMeter:
         self._value = _memory_recipes.Recipe.value
 
     def __enter__(self) -> CacheMeter:
-        meter, value, seen = self, self._value, weakref.WeakSet()
+        meter, value = self, self._value
+        seen: weakref.WeakSet[_memory_recipes.Recipe] = weakref.WeakSet()
 
         def counted(recipe: _memory_recipes.Recipe) -> torch.Tensor:
             out = value(recipe)
@@ -50,7 +51,7 @@ class CacheMeter:
             meter.most = max(meter.most, held)
             return out
 
-        _memory_recipes.Recipe.value = counted  # type: ignore[method-assign]
+        _memory_recipes.Recipe.value = counted  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:

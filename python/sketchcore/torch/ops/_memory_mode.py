@@ -64,7 +64,7 @@ def recipe_of(t: Tensor) -> Optional[Recipe]:
     recipes = getattr(_state, "recipes", None)
     if not recipes or t.layout != torch.strided:
         return None
-    entry = recipes.get(StorageWeakRef(t.untyped_storage()))
+    entry: Optional[_Entry] = recipes.get(StorageWeakRef(t.untyped_storage()))  # type: ignore[no-untyped-call]
     if entry is None or entry.version != t._version or entry.recipe.dtype != t.dtype:
         return None
     return entry.recipe
@@ -75,7 +75,7 @@ def register_recipe(out: Tensor, recipe: Recipe) -> None:
     recipes = getattr(_state, "recipes", None)
     if recipes is None or out.storage_offset() != 0 or out._base is not None:
         return
-    recipes[StorageWeakRef(out.untyped_storage())] = _Entry(recipe, out._version)
+    recipes[StorageWeakRef(out.untyped_storage())] = _Entry(recipe, out._version)  # type: ignore[no-untyped-call]
 
 
 def register(y: Tensor, grad_fn: Any, U: Tensor, bias: Optional[Tensor], activation: str,

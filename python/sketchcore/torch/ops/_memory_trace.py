@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from sketchcore.torch.ops._memory_recipes import DerivedRecipe, Recipe, View
+from sketchcore.torch.ops._memory_recipes import DerivedRecipe, Kept, Recipe, View
 
 _T = torch.Tensor
 #: Deterministic functions of their arguments alone (no randomness, no state, no in-place
@@ -47,17 +47,16 @@ class DeriveRecipes(TorchFunctionMode):
         kwargs = kwargs or {}
         if func not in ALLOWED:
             return func(*args, **kwargs)
-        self._state.fresh = fresh = []  # what the pack keeps during the call (Kept)
+        fresh: list[Kept] = []  # what the pack keeps during the call
+        self._state.fresh = fresh
         try:
             out = func(*args, **kwargs)
         finally:
             self._state.fresh = None
         if isinstance(out, Tensor) and out.requires_grad and torch.is_grad_enabled():
             recipe = self._derive(func, args, kwargs, out)
-            for kept in fresh if recipe is not None else ():
-                if kept.tensor is not None and kept.tensor.untyped_storage().data_ptr() == \
-                        out.untyped_storage().data_ptr() and kept.version == out._version:
-                    kept.adopt(recipe)  # the function saved its own output (tanh, sigmoid, exp, relu)
+            if recipe is not None:
+                _adopt_own_output(fresh, out, recipe)
         return out
 
     def _derive(self, func: Callable[..., Any], args: Any, kwargs: dict[str, Any], out: Tensor) -> Optional[Recipe]:
@@ -85,3 +84,12 @@ class DeriveRecipes(TorchFunctionMode):
         recipe = DerivedRecipe(out, func, recorded, spec)
         self._register(out, recipe)
         return recipe
+
+
+def _adopt_own_output(fresh: list[Kept], out: Tensor, recipe: Recipe) -> None:
+    """Swaps for `recipe` the saved tensors of `fresh` that are `out` (saved by the function that made it)."""
+    address = out.untyped_storage().data_ptr()
+    for kept in fresh:
+        if kept.tensor is not None and kept.tensor.untyped_storage().data_ptr() == address \
+                and kept.version == out._version:
+            kept.adopt(recipe)
