@@ -204,3 +204,25 @@ def test_a_functions_own_saved_output_is_recomputed():
     assert all(ref.expired() for ref in watch)
     for g, w in zip(torch.autograd.grad(loss, [x, layer.S, layer.U]), want):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_views_and_copies_of_derived_tensors_are_recomputed():
+    torch.manual_seed(8)
+    layer = LowRankLinear(10, 24, 3, inner_activation="gelu", dtype=torch.float64)
+    x = torch.randn(5, 10, dtype=torch.float64, requires_grad=True)
+
+    def f(watch=None):
+        h = F.silu(layer(x)) * 2.0  # derived
+        v = h.view(5, 4, 6).transpose(1, 2)  # a view of it, saved below as it is
+        c = v.contiguous()  # a copy of that view: derived again
+        if watch is not None:
+            watch += [StorageWeakRef(h.untyped_storage()), StorageWeakRef(c.untyped_storage())]
+        return (torch.sigmoid(v) * v).sum() + torch.tanh(c.reshape(5, 24)).sum()
+
+    want = torch.autograd.grad(f(), [x, layer.S, layer.U])
+    watch = []
+    with low_rank_activations():
+        loss = f(watch)
+    assert all(ref.expired() for ref in watch)
+    for g, w in zip(torch.autograd.grad(loss, [x, layer.S, layer.U]), want):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

@@ -22,7 +22,7 @@ Nothing else is recomputed (no block is checkpointed, no attention or norm). Any
 allowlist is kept as without the mode. A tensor changed in place after its registration is kept;
 one changed in place after it was saved raises in the backward, as autograd does. The recomputed
 values equal the forward's up to float rounding (the layer's product is recomputed by torch's GEMM
-from the same Z, the forward's by sketchcore's: about 1e-7 relative in float32); derived recipes
+from the same Z, the forward's by sketchcore's); derived recipes
 replay the forward's function, under the forward's autocast state. The cost: the recomputed
 GEMMs and elementwise passes, and a Python call per watched function in the forward.
 
