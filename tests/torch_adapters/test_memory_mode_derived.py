@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from sketchcore.torch import LowRankLinear, low_rank_activations
-from sketchcore.torch.ops import _memory_recipes
+from sketchcore.torch.ops import _memory_recipes, _ops
 
 
 def _mlp(d, hidden, rank, dtype=torch.float64, seed=0):
@@ -177,15 +177,24 @@ def test_functions_off_the_allowlist_keep_their_outputs():
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
-def test_bfloat16_autocast_gives_the_gradients_of_the_plain_forward():
+def test_bfloat16_autocast_gives_the_gradients_of_the_plain_forward(monkeypatch):
+    # the rule that runs the layers in bfloat16 (their outputs are then the ops' own, registered),
+    # whatever this CPU's core chose (as tests/torch_adapters/test_autocast_eager.py does)
+    monkeypatch.setattr(_ops, "_CPU_BF16_GEMM", True)
     layers = _mlp(16, 48, 4, dtype=torch.float32, seed=6)
     x = torch.randn(10, 16, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         plain = _mlp_forward(layers, x)
     want = torch.autograd.grad(plain, [x, *_params(layers)])
+    computed = []
+    value = _memory_recipes.Recipe.value
+    monkeypatch.setattr(_memory_recipes.Recipe, "value", lambda self: computed.append(self) or value(self))
     with torch.autocast("cpu", dtype=torch.bfloat16), low_rank_activations():
         loss = _mlp_forward(layers, x)
-    for g, w in zip(torch.autograd.grad(loss, [x, *_params(layers)]), want):
+    got = torch.autograd.grad(loss, [x, *_params(layers)])
+    assert {type(r).__name__ for r in computed} == {"LayerRecipe", "DerivedRecipe"}
+    assert all(r.dtype == torch.bfloat16 for r in computed)
+    for g, w in zip(got, want):
         assert g.dtype == w.dtype
         assert ((g.double() - w.double()).norm() / w.double().norm()).item() < 1e-2
 
