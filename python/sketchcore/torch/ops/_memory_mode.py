@@ -105,9 +105,11 @@ def _pack(t: Tensor) -> Any:
 
 
 def _unpack(packed: Any) -> Tensor:
-    if isinstance(packed, Packed) and getattr(_state, "peeking", False):
-        recipe = packed.recipe  # a placeholder of the right shape, never read
-        return torch.zeros((), dtype=recipe.dtype, device=recipe.device).expand(packed.size)
+    if getattr(_state, "peeking", False):
+        recipe_view = packed.packed if isinstance(packed, Kept) else packed
+        if isinstance(recipe_view, Packed):  # a placeholder of the right shape, never read
+            recipe = recipe_view.recipe
+            return torch.zeros((), dtype=recipe.dtype, device=recipe.device).expand(recipe_view.size)
     return packed.unpack() if isinstance(packed, (Packed, Kept)) else packed
 
 
