@@ -4,6 +4,7 @@ plain low rank and Panther's SKLinear.
 
     python bench/pretrain.py --preset {quick,cpu,gpu} [--rows dense,cola_sketchcore,...]
                              [--lr 3e-3 ...] [--out bench/results/PREFIX]
+    python bench/pretrain.py --preset cpu --saved-only   # saved activations only (exact; seconds)
 
 Text: the Python standard library's sources as bytes (bench/pretrain_data.py; the files, their
 size and a SHA-256 go into the results). Models: bench/pretrain_models.py. Every row starts from
@@ -36,12 +37,12 @@ from typing import Any
 import torch
 
 from sketchcore.torch import low_rank_activations
-from sketchcore.torch.ops import _memory_mode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
 from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
 from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
+from pretrain_saved import kept_storages, largest, saved_activation_bytes  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CI: seconds.
@@ -88,29 +89,6 @@ def validation_loss(model: torch.nn.Module, held_out: list[torch.Tensor], device
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool) -> int:
-    """Bytes autograd keeps between one training forward and its backward, parameters left out,
-    one count per storage: exact and independent of the machine's load (unlike a resident-set
-    peak). In the memory mode what it packs as a recipe (a recomputed output) counts nothing."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> Any:
-        packed = _memory_mode._pack(t) if memory_mode else t
-        if isinstance(packed, torch.Tensor) and packed.untyped_storage().data_ptr() not in params:
-            kept[packed.untyped_storage().data_ptr()] = packed.untyped_storage().nbytes()
-        return packed
-
-    with contextlib.ExitStack() as stack:
-        if memory_mode:
-            stack.enter_context(low_rank_activations())
-        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, _memory_mode._unpack))
-        loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-    return sum(kept.values())
 
 
 def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, held_out: list[torch.Tensor],
@@ -255,6 +233,22 @@ def _machine(device: str) -> str:
     return f"{model} ({platform.machine()}, load average {' '.join(load)} at the end)"
 
 
+def saved_only(preset: dict[str, Any], rows: list[str]) -> dict[str, Any]:
+    """Prints each row's saved activations on the training batch (as ``train`` counts them), the
+    ratios to dense and to the plain-torch CoLA peer, and the largest storages each row keeps."""
+    corpus = load_corpus(preset["corpus_bytes"])
+    batch = batches(corpus.train, preset["batch"], preset["length"], torch.Generator().manual_seed(0))
+    kept = {row: kept_storages(build(row, preset, SEED), batch, row.endswith("_memory")) for row in rows}
+    mib = {row: sum(s["bytes"] for s in k.values()) / 2**20 for row, k in kept.items()}
+    print("| row | saved activations MiB | × dense | × cola_torch |\n| --- | ---: | ---: | ---: |")
+    for row in rows:
+        ratio = {base: f"{mib[row] / mib[base]:.3f}" if base in mib else "–" for base in ("dense", "cola_torch")}
+        print(f"| {row} | {mib[row]:.2f} | {ratio['dense']} | {ratio['cola_torch']} |")
+    for row in rows:
+        print(f"\n{row}: the largest kept storages\n" + "\n".join(largest(kept[row], 8)))
+    return {"saved_activations_mib": mib}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
@@ -265,11 +259,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--equal-time-rows", default=None,
                         help="comma-separated rows that train again at equal wall-clock (default: the preset's)")
     parser.add_argument("--out", type=Path, default=None, help="write PREFIX.json, PREFIX.md and PREFIX.png")
+    parser.add_argument("--saved-only", action="store_true",
+                        help="only count each row's saved activations (exact, seconds) and list the largest")
     args = parser.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"--rows: expected names from {ROWS}, got {unknown}")
+    if args.saved_only:
+        return saved_only(PRESETS[args.preset], rows)
     if args.steps is not None:
         PRESETS[args.preset] = {**PRESETS[args.preset], "steps": args.steps,
                                 "eval_every": max(1, min(PRESETS[args.preset]["eval_every"], args.steps // 2))}

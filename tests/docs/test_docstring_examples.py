@@ -38,6 +38,7 @@ MODULES = [
     "sketchcore.torch.layers._lowrank",
     "sketchcore.torch.layers._sklinear",
     "sketchcore.torch.ops._performer",
+    "sketchcore.torch.ops._memory_mode",
     "sketchcore.torch.compress._report",
     "sketchcore.torch.compress._registry",
     "sketchcore.torch.layers._derived_weight",

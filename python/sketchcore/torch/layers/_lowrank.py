@@ -234,7 +234,7 @@ class LowRankLinear(SketchedLayer):
                                        self.inner_activation)
             if p == 0 and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) and _memory_mode.active():
                 # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
-                _memory_mode.register(y, y.grad_fn.saved_tensors[4], U, bias, self.activation, self.inner_activation)
+                _memory_mode.register(y, y.grad_fn, U, bias, self.activation, self.inner_activation)
             return y
         if not _functorch.transforms_active():
             return None

@@ -1,18 +1,30 @@
 """A memory mode for training with low-rank layers (CoLA-M's idea): between forward and backward
-keep only the rank-wide intermediates of the ``LowRankLinear`` layers, not their full-width
-outputs.
+keep only the rank-wide intermediates of the ``LowRankLinear`` layers, not the full-width tensors
+computed from them.
 
 A ``LowRankLinear``'s fused op already keeps just its input x and the r-wide Z = x·S (σ and σ′ are
-recomputed from Z). What else a model keeps of such a layer is its *output* y (d_out wide),
-saved by the operations that read it: the SiLU and the product of a LLaMA MLP's gate and up
-projections, the attention's value states, the next layer of a plain stack. Inside
-:func:`low_rank_activations`, every tensor autograd saves that is (a view of) such an output is
-replaced by a recipe — the layer's own Z, its factor U and bias — and recomputed when the backward
-needs it, ``y = act(σ(Z)·U + b)``: one rows × r × d_out GEMM per saved output, the same product the
-fused backward already recomputes for an outer activation. Nothing else is recomputed (no block
-is checkpointed). The recomputed values equal the forward's up to float rounding (the product is
-recomputed by torch's GEMM from the same Z, the forward's by sketchcore's: about 1e-7 relative in
-float32).
+recomputed from Z). What else a model keeps of such a layer is its *output* y (d_out wide) and
+tensors computed from it elementwise: a LLaMA MLP's SiLU keeps the gate projection's output, its
+product keeps SiLU(gate) and the up projection's output, the down projection keeps the product;
+attention keeps the query and key after the rotary embedding (elementwise in the projections'
+outputs, with constant cos and sin) and the value states. Inside :func:`low_rank_activations`:
+
+- each such layer's output is registered with a *layer recipe* (its Z, U, bias), recomputed
+  ``act(σ(Z)·U + b)``: one rows × r × d_out GEMM;
+- a ``TorchFunctionMode`` watches the calls of an allowlist of elementwise and shape functions
+  (``_memory_trace``); an output whose every argument needing a gradient is (a view of) a
+  recomputable tensor, the others being constants or leaves, is registered with a *derived
+  recipe* (the function and its arguments);
+- every tensor autograd saves that is (a view of) a registered one is packed as its recipe and
+  recomputed in the backward, each recipe once per backward (``_memory_recipes``).
+
+Nothing else is recomputed (no block is checkpointed, no attention or norm). Anything off the
+allowlist is kept as without the mode. A tensor changed in place after its registration is kept;
+one changed in place after it was saved raises in the backward, as autograd does. The recomputed
+values equal the forward's up to float rounding (the layer's product is recomputed by torch's GEMM
+from the same Z, the forward's by sketchcore's); derived recipes
+replay the forward's function, under the forward's autocast state. The cost: the recomputed
+GEMMs and elementwise passes, and a Python call per watched function in the forward.
 
 Eager mode only (torch.compile and torch.func trace their own saved tensors); layers with
 dropout in training mode are left alone (their output depends on the mask).
@@ -21,42 +33,25 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 import torch
 from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from sketchcore.torch._common import TORCH_ACTIVATIONS
+from sketchcore.torch.ops._memory_recipes import Kept, LayerRecipe, Packed, Recipe
+from sketchcore.torch.ops._memory_trace import DeriveRecipes
 
 _state = threading.local()
 
 
-@dataclass
-class _Recipe:
-    z: Tensor
-    U: Tensor
-    bias: Optional[Tensor]
-    activation: str
-    inner_activation: str
+class _Entry:
+    """A registered storage: its recipe and the storage's version at registration."""
 
-    def output(self) -> Tensor:
-        with torch.no_grad():
-            y = TORCH_ACTIVATIONS[self.inner_activation](self.z) @ self.U
-            if self.bias is not None:
-                y = y + self.bias
-            return TORCH_ACTIVATIONS[self.activation](y)
+    __slots__ = ("recipe", "version")
 
-
-@dataclass
-class _Packed:
-    """A saved view of a recomputable output: the recipe and where the view lies in it."""
-
-    recipe: _Recipe
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
+    def __init__(self, recipe: Recipe, version: int) -> None:
+        self.recipe, self.version = recipe, version
 
 
 def active() -> bool:
@@ -64,36 +59,76 @@ def active() -> bool:
     return getattr(_state, "recipes", None) is not None
 
 
-def register(y: Tensor, z: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, inner_activation: str) -> None:
-    """Records that `y` (a fresh, contiguous output) can be recomputed from the layer's Z."""
+def recipe_of(t: Tensor) -> Optional[Recipe]:
+    """The recipe that recomputes `t` (a view of a registered storage, unchanged since), or None."""
     recipes = getattr(_state, "recipes", None)
-    if recipes is None or y.storage_offset() != 0 or not y.is_contiguous():
+    if not recipes or t.layout != torch.strided:
+        return None
+    entry: Optional[_Entry] = recipes.get(StorageWeakRef(t.untyped_storage()))  # type: ignore[no-untyped-call]
+    if entry is None or entry.version != t._version or entry.recipe.dtype != t.dtype:
+        return None
+    return entry.recipe
+
+
+def register_recipe(out: Tensor, recipe: Recipe) -> None:
+    """Records that `out` (a fresh output, offset 0, owning its storage) can be recomputed by `recipe`."""
+    recipes = getattr(_state, "recipes", None)
+    if recipes is None or out.storage_offset() != 0 or out._base is not None:
         return
-    recipes[StorageWeakRef(y.untyped_storage())] = _Recipe(z, U, bias, activation, inner_activation)
+    recipes[StorageWeakRef(out.untyped_storage())] = _Entry(recipe, out._version)  # type: ignore[no-untyped-call]
+
+
+def register(y: Tensor, grad_fn: Any, U: Tensor, bias: Optional[Tensor], activation: str,
+             inner_activation: str) -> None:
+    """Records that `y`, the output of a fused op whose node is `grad_fn` (its Z the fifth saved
+    tensor), can be recomputed from Z."""
+    if not y.is_contiguous():
+        return
+    _state.peeking = True  # reading Z unpacks every saved tensor: recompute none of them now
+    try:
+        z = grad_fn.saved_tensors[4]
+    finally:
+        _state.peeking = False
+    register_recipe(y, LayerRecipe(y, z, U, bias, activation, inner_activation))
 
 
 def _pack(t: Tensor) -> Any:
-    recipes = getattr(_state, "recipes", None)
-    if not recipes or t.layout != torch.strided:
-        return t
-    key = StorageWeakRef(t.untyped_storage())
-    recipe = recipes.get(key)
-    if recipe is None or recipe.z.dtype != t.dtype:
-        return t
-    return _Packed(recipe, tuple(t.size()), tuple(t.stride()), t.storage_offset())
+    recipe = recipe_of(t)
+    if recipe is None or not recipe.intact():
+        kept = Kept(t)
+        fresh = getattr(_state, "fresh", None)
+        if fresh is not None:  # saved inside a watched call: perhaps its output, registered next
+            fresh.append(kept)
+        return kept
+    recipe.acquire()
+    return Packed(recipe, t)
 
 
 def _unpack(packed: Any) -> Tensor:
-    if not isinstance(packed, _Packed):
-        return packed
-    return packed.recipe.output().as_strided(packed.size, packed.stride, packed.offset)
+    if getattr(_state, "peeking", False):
+        recipe_view = packed.packed if isinstance(packed, Kept) else packed
+        if isinstance(recipe_view, Packed):  # a placeholder of the right shape, never read
+            recipe = recipe_view.recipe
+            return torch.zeros((), dtype=recipe.dtype, device=recipe.device).expand(recipe_view.size)
+    return packed.unpack() if isinstance(packed, (Packed, Kept)) else packed
+
+
+def held_tensors(packed: Any) -> list[Tensor]:
+    """The tensors autograd keeps alive through what `_pack` returned (for counting bytes)."""
+    if isinstance(packed, Kept):
+        packed = packed.packed or packed.tensor
+    if isinstance(packed, Packed):
+        return packed.recipe.held_tensors()
+    return [packed] if isinstance(packed, Tensor) else []
 
 
 @contextlib.contextmanager
 def low_rank_activations() -> Iterator[None]:
     """Runs the forward passes inside it in the memory mode (see the module): the outputs of
-    ``LowRankLinear`` layers that autograd saves are recomputed in the backward from the layers'
-    rank-wide intermediates instead of being kept.
+    ``LowRankLinear`` layers, and the tensors computed from them by elementwise and shape
+    functions (activations, products, sums, the rotary embedding, views, concatenations), that
+    autograd saves are recomputed in the backward from the layers' rank-wide intermediates
+    instead of being kept. Gradients are those of the plain forward up to float rounding.
 
     Yields
     ------
@@ -101,25 +136,29 @@ def low_rank_activations() -> Iterator[None]:
 
     Raises
     ------
-    Nothing of its own.
+    Nothing of its own in the region. The backward raises RuntimeError if a tensor a recomputed
+    activation reads (a constant such as a rotary table, a factor, a saved tensor) was modified in
+    place between the forward and the backward.
 
     Examples
     --------
     >>> import torch
     >>> from sketchcore.torch import LowRankLinear, low_rank_activations
-    >>> model = torch.nn.Sequential(LowRankLinear(64, 256, 16, inner_activation="silu"), torch.nn.SiLU(),
-    ...                             LowRankLinear(256, 64, 16, inner_activation="silu"))
+    >>> gate, up, down = (LowRankLinear(64, 256, 16, inner_activation="silu"),
+    ...                   LowRankLinear(64, 256, 16, inner_activation="silu"),
+    ...                   LowRankLinear(256, 64, 16, inner_activation="silu"))
     >>> x = torch.randn(8, 64)
     >>> with low_rank_activations():
-    ...     loss = model(x).square().sum()
-    >>> loss.backward()  # the SiLU's saved input, 8 × 256, was recomputed from an 8 × 16 Z
-    >>> model[0].S.grad.shape
-    torch.Size([64, 16])
+    ...     loss = down(torch.nn.functional.silu(gate(x)) * up(x)).square().sum()
+    >>> loss.backward()  # the MLP's four 8 × 256 saved tensors were recomputed from two 8 × 16 Z
+    >>> down.S.grad.shape
+    torch.Size([256, 16])
     """
     previous = getattr(_state, "recipes", None)
     _state.recipes = {}
     try:
-        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), \
+                DeriveRecipes(recipe_of, register_recipe, _state):
             yield
     finally:
         _state.recipes = previous
