@@ -24,6 +24,7 @@ std::uint8_t magnitude_code(float magnitude) {
   (void)std::frexp(magnitude, &exponent);  // magnitude = f · 2^exponent, f in [0.5, 1)
   // Subnormals share the smallest normal's step, 2^(-6-3); below it the code is the count of steps.
   const int e = std::max(exponent - 1, kMinNormalExponent);
+  // nearbyint rounds in the current mode: ties to even, the default, which sketchcore never changes.
   const float steps = std::nearbyint(std::ldexp(magnitude, kMantissaBits - e));  // in [0, 16]
   // A normal code is (e + bias) · 8 + (steps − 8), a subnormal one (e = −6, steps < 8) is steps:
   // both are (e + bias − 1) · 8 + steps, and a rounding up to 16 steps carries into the exponent.
