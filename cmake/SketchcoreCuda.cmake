@@ -58,6 +58,8 @@ function(sketchcore_add_cuda_backend target)
       "${PROJECT_SOURCE_DIR}/src/cuda/cuda_common.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/cuda_sketch.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/device_pool.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/fp8_cuda.cu"
+      "${PROJECT_SOURCE_DIR}/src/cuda/fp8_kernels.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/inner_activation.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/int8_cuda.cu"
       "${PROJECT_SOURCE_DIR}/src/cuda/int8_kernels.cu"

@@ -143,11 +143,11 @@ _run_doxygen()
 
 
 def _skip_int8_factor_shape(app, what, name, obj, skip, options):  # noqa: ARG001 (Sphinx's signature)
-    """Leaves Int8Factor.shape out of the reference (the class text describes it): a second
-    indexed ``shape`` beside SketchOperator.shape makes every docstring's "array, shape (...)"
+    """Leaves Int8Factor.shape and Fp8Factor.shape out of the reference (the class texts describe
+    them): a second indexed ``shape`` beside SketchOperator.shape makes every docstring's "array, shape (...)"
     type an ambiguous cross-reference, which the -W build refuses."""
     owner = getattr(obj, "__objclass__", None)
-    if what == "class" and name == "shape" and getattr(owner, "__name__", "") == "Int8Factor":
+    if what == "class" and name == "shape" and getattr(owner, "__name__", "") in ("Int8Factor", "Fp8Factor"):
         return True
     return None
 

@@ -41,6 +41,7 @@ from sketchcore._gates import (  # noqa: E402
     set_gated_path,
 )
 from sketchcore._int8 import Int8Factor, int8_sketched_matmul, quantize_int8  # noqa: E402
+from sketchcore._fp8 import Fp8Factor, e4m3_decode, e4m3_encode, fp8_sketched_matmul, quantize_e4m3  # noqa: E402
 from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
 from sketchcore._performer import performer_attention, performer_attention_backward  # noqa: E402
 from sketchcore._runtime import (  # noqa: E402
@@ -81,12 +82,16 @@ __all__ = [
     "ACTIVATIONS",
     "DLPackBuffer",
     "GatedPath",
+    "Fp8Factor",
     "Int8Factor",
     "build_info",
     "cmake_prefix",
     "cpu_blas_of",
     "cuda_device_count",
     "cuda_inner_width",
+    "e4m3_decode",
+    "e4m3_encode",
+    "fp8_sketched_matmul",
     "gated_path",
     "gated_path_enabled",
     "gated_paths",
@@ -99,6 +104,7 @@ __all__ = [
     "memory",
     "performer_attention",
     "performer_attention_backward",
+    "quantize_e4m3",
     "quantize_int8",
     "sketch",
     "set_allow_tf32",

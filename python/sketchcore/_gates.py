@@ -43,7 +43,8 @@ def gated_paths() -> list[GatedPath]:
         In the core's order: ``cuda_padded_inner_width`` (padded ranks in CUDA GEMMs),
         ``cuda_performer_kernels`` (the fused Performer CUDA kernels), ``jax_cuda_handlers``
         (sketchcore.jax on CUDA GPUs), ``cuda_inner_activation`` (sketched_matmul's inner
-        activation on CUDA), ``cuda_int8_factors`` (int8_sketched_matmul on CUDA).
+        activation on CUDA), ``cuda_int8_factors`` (int8_sketched_matmul on CUDA),
+        ``cuda_fp8_factors`` (fp8_sketched_matmul, CUDA only).
 
     Raises
     ------
@@ -54,7 +55,7 @@ def gated_paths() -> list[GatedPath]:
     Examples
     --------
     >>> [p.name for p in gated_paths()]
-    ['cuda_padded_inner_width', 'cuda_performer_kernels', 'jax_cuda_handlers', 'cuda_inner_activation', 'cuda_int8_factors']
+    ['cuda_padded_inner_width', 'cuda_performer_kernels', 'jax_cuda_handlers', 'cuda_inner_activation', 'cuda_int8_factors', 'cuda_fp8_factors']
     """
     return [GatedPath(*entry) for entry in _runtime._gated_paths()]
 

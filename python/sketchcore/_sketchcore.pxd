@@ -1,7 +1,7 @@
 # Cython declarations of the public C++ API (src/cpp/include/sketchcore) and of the small
 # bridge (_bridge.hpp) for what Cython cannot express. Every call that can throw is declared
 # `except +raise_py_error`: the one handler maps sketchcore's C++ exceptions to Python ones.
-from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
 from libcpp.optional cimport optional
 from libcpp.string cimport string
@@ -96,6 +96,23 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     cbool int8_gemm_isa_supported(const string& name) except +raise_py_error
     double int8_peak_macs_per_second(const string& name, int64_t iterations) except +raise_py_error
 
+    # fp8_matmul.hpp
+    uint8_t float_to_e4m3(float value) nogil
+    float e4m3_to_float(uint8_t code) nogil
+    cdef cppclass Fp8Factor:
+        Fp8Factor(const uint8_t* codes, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                  const float* scale) except +raise_py_error
+        int64_t rows()
+        int64_t cols()
+        int64_t nbytes()
+        void unpack(uint8_t* codes)
+        const float* scales()
+
+    vector[int64_t] fp8_sketched_matmul_output_shape(const TensorView& x, const Fp8Factor& S,
+                                                     const Fp8Factor& U) except +raise_py_error
+    void fp8_sketched_matmul(const TensorView& x, const Fp8Factor& S, const Fp8Factor& U, const TensorView& out,
+                             const Epilogue& epilogue) except +raise_py_error
+
     # performer.hpp
     cdef enum class PerformerKernel:
         softmax
@@ -165,6 +182,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         jax_cuda_handlers
         cuda_inner_activation
         cuda_int8_factors
+        cuda_fp8_factors
 
     cdef cppclass GatedPathInfo:
         GatedPath path

@@ -21,7 +21,7 @@ struct Entry {
   const char* description;
 };
 
-constexpr std::array<Entry, 5> kPaths{{
+constexpr std::array<Entry, 6> kPaths{{
     {GatedPath::cuda_padded_inner_width, "cuda_padded_inner_width",
      "CUDA sketched GEMMs with a rank whose rows are not a multiple of 16 bytes run each term padded to "
      "the next such width (cuBLASLt's fast kernels); closed: the unpadded cuBLASLt call"},
@@ -36,6 +36,9 @@ constexpr std::array<Entry, 5> kPaths{{
     {GatedPath::cuda_int8_factors, "cuda_int8_factors",
      "int8_sketched_matmul on CUDA devices (cuBLASLt int8 GEMMs, own quantization and epilogue kernels); "
      "closed: int8_sketched_matmul on a CUDA array is refused"},
+    {GatedPath::cuda_fp8_factors, "cuda_fp8_factors",
+     "fp8_sketched_matmul on CUDA devices of compute capability 8.9+ (cuBLASLt e4m3 GEMMs, own quantization "
+     "and epilogue kernels); closed: fp8_sketched_matmul is refused"},
 }};
 
 std::size_t index_of(GatedPath path) noexcept { return static_cast<std::size_t>(path); }

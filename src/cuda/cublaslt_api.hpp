@@ -42,7 +42,7 @@ static_assert(sizeof(Algo) == 64, "cublasLtMatmulAlgo_t is 8 uint64_t");
 static_assert(sizeof(HeuristicResult) == 96, "cublasLtMatmulHeuristicResult_t is 96 bytes");
 
 // cudaDataType_t
-enum DataType : int { kR16F = 2, kR16BF = 14, kR32F = 0, kR64F = 1, kR8I = 3, kR32I = 10 };
+enum DataType : int { kR16F = 2, kR16BF = 14, kR32F = 0, kR64F = 1, kR8I = 3, kR32I = 10, kR8FE4M3 = 28 };
 // cublasComputeType_t
 enum ComputeType : int { kCompute32F = 68, kCompute32FFastTF32 = 77, kCompute64F = 70, kCompute32I = 72 };
 // cublasOperation_t

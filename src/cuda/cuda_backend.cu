@@ -15,7 +15,7 @@
 // on a GPU: it is the gated path cuda_padded_inner_width (gated_paths.hpp), and while that is
 // closed cuda_inner_width() answers k itself, the unpadded call that last passed on a device.
 // The fused Performer kernels are gated likewise (cuda_performer_kernels), and so is the int8
-// sketched GEMM (cuda_int8_factors, int8_cuda.cu).
+// sketched GEMM (cuda_int8_factors, int8_cuda.cu) and the fp8 one (cuda_fp8_factors, fp8_cuda.cu).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -406,6 +406,10 @@ class CudaBackend final : public detail::Backend {
   void int8_sketched_matmul(const detail::Int8MatmulProblem& p) const override {
     require_gated_path(GatedPath::cuda_int8_factors, "int8_sketched_matmul on a CUDA device");
     int8_sketched_matmul_on_device(p);
+  }
+  void fp8_sketched_matmul(const detail::Fp8MatmulProblem& p) const override {
+    require_gated_path(GatedPath::cuda_fp8_factors, "fp8_sketched_matmul on a CUDA device");
+    fp8_sketched_matmul_on_device(p);
   }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
   int device_count() const noexcept override {

@@ -1,5 +1,5 @@
-// The CUDA backend's sketch, Performer and int8 operations, called by CudaBackend (cuda_backend.cu) on
-// problems the core has validated (kernels and staging: cuda_sketch.cu, performer_*.cu).
+// The CUDA backend's sketch, Performer, int8 and fp8 operations, called by CudaBackend
+// (cuda_backend.cu) on problems the core has validated (kernels and staging: cuda_sketch.cu, performer_*.cu).
 #pragma once
 
 #include <cstdint>
@@ -22,5 +22,8 @@ void performer_attention_backward_on_device(const detail::PerformerProblem& prob
 
 /// int8_sketched_matmul on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
 void int8_sketched_matmul_on_device(const detail::Int8MatmulProblem& problem);
+/// fp8_sketched_matmul on the device of `problem.x` (fp8_cuda.cu; gated: the caller checks).
+/// @throws device_error for a device of compute capability below 8.9
+void fp8_sketched_matmul_on_device(const detail::Fp8MatmulProblem& problem);
 
 }  // namespace sketchcore::cuda

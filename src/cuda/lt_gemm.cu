@@ -255,20 +255,35 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
             "cublasLtMatmul");
 }
 
-void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
-                  const std::int8_t* b, std::int32_t* d, cudaStream_t stream) {
+namespace {
+
+/// The types of an 8-bit "TN" GEMM: operands, accumulation (compute and scale type), output.
+struct EightBitTypes {
+  int operand, compute, scale, output;
+  const char* name;  // for messages
+};
+
+/// d (n × m, leading dimension m) = Σ_c b(r, c) · a(j, c): the int8 and fp8 products (lt_gemm.cuh),
+/// which share cuBLASLt's "TN" form; `alpha` and `beta` point to values of the scale type.
+void eight_bit_gemm(int device, std::int64_t m, std::int64_t n, std::int64_t k, const void* a, const void* b, void* d,
+                    const EightBitTypes& t, const void* alpha, const void* beta, cudaStream_t stream) {
   const lt::Api& api = lt::api();
+  const std::string name(t.name);
+  // The message names the GEMM's types; built only on a failure (no allocation per call).
+  const auto check = [&name](lt::Status status, const char* what) {
+    if (status != lt::kSuccess) lt::check(status, (std::string(what) + " (" + name + ")").c_str());
+  };
   Descriptors desc;
-  lt::check(api.matmul_desc_create(&desc.desc, lt::kCompute32I, lt::kR32I), "cublasLtMatmulDescCreate(int8)");
+  check(api.matmul_desc_create(&desc.desc, t.compute, t.scale), "cublasLtMatmulDescCreate");
   set(desc.desc, lt::kDescTransA, static_cast<std::int32_t>(lt::kOpT));
   set(desc.desc, lt::kDescTransB, static_cast<std::int32_t>(lt::kOpN));
   const auto um = static_cast<std::uint64_t>(m), un = static_cast<std::uint64_t>(n), uk = static_cast<std::uint64_t>(k);
-  lt::check(api.matrix_layout_create(&desc.a, lt::kR8I, uk, um, k), "cublasLtMatrixLayoutCreate(A, int8)");
-  lt::check(api.matrix_layout_create(&desc.b, lt::kR8I, uk, un, k), "cublasLtMatrixLayoutCreate(B, int8)");
-  lt::check(api.matrix_layout_create(&desc.c, lt::kR32I, um, un, m), "cublasLtMatrixLayoutCreate(D, int32)");
+  check(api.matrix_layout_create(&desc.a, t.operand, uk, um, k), "cublasLtMatrixLayoutCreate(A)");
+  check(api.matrix_layout_create(&desc.b, t.operand, uk, un, k), "cublasLtMatrixLayoutCreate(B)");
+  check(api.matrix_layout_create(&desc.c, t.output, um, un, m), "cublasLtMatrixLayoutCreate(D)");
 
-  // The key of the int8 plans: the type slot holds kR8I, which no floating-point plan has.
-  const PlanKey key{device, lt::kR8I, lt::kCompute32I, m, n, k, false, false, k, k, m, 0u,
+  // The key of the 8-bit plans: the type slot holds the operand type, which no floating-point plan has.
+  const PlanKey key{device, t.operand, t.compute, m, n, k, false, false, k, k, m, 0u,
                     std::array<std::uint32_t, 4>{alignment_of(a), alignment_of(b), alignment_of(d), 0u}, false};
   lt::HeuristicResult plan{};
   bool cached = false;
@@ -284,21 +299,37 @@ void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, co
     lt::check(api.preference_create(&desc.preference), "cublasLtMatmulPreferenceCreate");
     set(desc.preference, lt::kPrefMaxWorkspaceBytes, static_cast<std::uint64_t>(kMaxWorkspace));
     int returned = 0;
-    lt::check(api.algo_get_heuristic(handle_for(device), desc.desc, desc.a, desc.b, desc.c, desc.c, desc.preference, 1,
-                                     &plan, &returned),
-              "cublasLtMatmulAlgoGetHeuristic(int8)");
+    check(api.algo_get_heuristic(handle_for(device), desc.desc, desc.a, desc.b, desc.c, desc.c, desc.preference, 1,
+                                 &plan, &returned),
+          "cublasLtMatmulAlgoGetHeuristic");
     if (returned == 0 || plan.state != lt::kSuccess) {
       throw cuda_error("sketchcore: cuBLASLt offers no algorithm for a " + std::to_string(n) + "×" + std::to_string(k) +
-                       "·" + std::to_string(k) + "×" + std::to_string(m) + " int8 GEMM");
+                       "·" + std::to_string(k) + "×" + std::to_string(m) + " " + name + " GEMM");
     }
     std::lock_guard<std::mutex> lock(plan_cache().mutex);
     plan_cache().plans.emplace(key, plan);
   }
-  const std::int32_t alpha = 1, beta = 0;
   DeviceBuffer workspace(device, plan.workspace_size, stream);
-  lt::check(api.matmul(handle_for(device), desc.desc, &alpha, a, desc.a, b, desc.b, &beta, d, desc.c, d, desc.c,
-                       &plan.algo, workspace.as<void>(), plan.workspace_size, stream),
-            "cublasLtMatmul(int8)");
+  check(api.matmul(handle_for(device), desc.desc, alpha, a, desc.a, b, desc.b, beta, d, desc.c, d, desc.c, &plan.algo,
+                   workspace.as<void>(), plan.workspace_size, stream),
+        "cublasLtMatmul");
+}
+
+}  // namespace
+
+void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
+                  const std::int8_t* b, std::int32_t* d, cudaStream_t stream) {
+  const std::int32_t alpha = 1, beta = 0;
+  eight_bit_gemm(device, m, n, k, a, b, d, EightBitTypes{lt::kR8I, lt::kCompute32I, lt::kR32I, lt::kR32I, "int8"},
+                 &alpha, &beta, stream);
+}
+
+void lt_gemm_fp8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint8_t* a,
+                 const std::uint8_t* b, float* d, cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  eight_bit_gemm(device, m, n, k, a, b, d,
+                 EightBitTypes{lt::kR8FE4M3, lt::kCompute32F, lt::kR32F, lt::kR32F, "fp8 e4m3"}, &alpha, &beta,
+                 stream);
 }
 
 }  // namespace sketchcore::cuda

@@ -53,4 +53,16 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
 void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::int8_t* a,
                   const std::int8_t* b, std::int32_t* d, cudaStream_t stream);
 
+/// The fp8 product of the fp8 sketched GEMM: d (n × m, row-major, leading dimension m, float32)
+/// with d(r, j) = Σ_c b(r, c) · a(j, c) for c < k, where `a` holds m rows of k e4m3 codes (a
+/// factor's columns, detail/fp8_device.hpp) and `b` n rows of k e4m3 codes (quantized
+/// activations), both with leading dimension k: cuBLASLt's "TN" fp8 GEMM (CUDA_R_8F_E4M3 A and B,
+/// CUBLAS_COMPUTE_32F, float32 C and D, unit per-tensor scales), which cuBLASLt runs on compute
+/// capability 8.9 and newer only; m and k (the leading dimensions too) must be multiples of 16, pointers 16-byte
+/// aligned. Plans are cached per shape.
+/// UNVERIFIED: never run on a GPU (gated path cuda_fp8_factors).
+/// @throws cuda_error when cuBLASLt fails or offers no algorithm
+void lt_gemm_fp8(int device, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint8_t* a,
+                 const std::uint8_t* b, float* d, cudaStream_t stream);
+
 }  // namespace sketchcore::cuda

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import sketchcore
 
 NAMES = ["cuda_padded_inner_width", "cuda_performer_kernels", "jax_cuda_handlers", "cuda_inner_activation",
-         "cuda_int8_factors"]
+         "cuda_int8_factors", "cuda_fp8_factors"]
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
@@ -54,7 +54,7 @@ def test_a_malformed_variable_is_an_error_naming_it_and_the_names():
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert error == ("SKETCHCORE_CUDA_UNVERIFIED: environment variable: expected 0, 1, all, none or a "
                      "comma-separated list of cuda_padded_inner_width, cuda_performer_kernels, jax_cuda_handlers, "
-                     "cuda_inner_activation, cuda_int8_factors, got 'yes'")
+                     "cuda_inner_activation, cuda_int8_factors, cuda_fp8_factors, got 'yes'")
 
 
 def test_the_default_is_closed_here():
@@ -93,7 +93,7 @@ def test_a_context_restores_after_an_exception():
 
 def test_bad_names_and_values_are_refused():
     listed = ("one of cuda_padded_inner_width, cuda_performer_kernels, jax_cuda_handlers, cuda_inner_activation, "
-              "cuda_int8_factors")
+              "cuda_int8_factors, cuda_fp8_factors")
     with pytest.raises(ValueError, match=f"gated path: name: expected {listed}, got 'cuda_everything'"):
         sketchcore.gated_path_enabled("cuda_everything")
     with pytest.raises(ValueError, match="got 'padded'"):
@@ -161,7 +161,7 @@ def test_info_lists_each_gated_path_and_its_state():
                                       timeout=300).stdout)
     assert facts["gated_paths"] == {"cuda_padded_inner_width": "enabled", "cuda_performer_kernels": "disabled",
                                     "jax_cuda_handlers": "disabled", "cuda_inner_activation": "disabled",
-                                    "cuda_int8_factors": "disabled"}
+                                    "cuda_int8_factors": "disabled", "cuda_fp8_factors": "disabled"}
     assert facts["environment"]["SKETCHCORE_CUDA_UNVERIFIED"] == "cuda_padded_inner_width"
     env["SKETCHCORE_CUDA_UNVERIFIED"] = "maybe"
     text = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)

@@ -19,7 +19,7 @@ namespace {
 
 constexpr GatedPath kAll[] = {GatedPath::cuda_padded_inner_width, GatedPath::cuda_performer_kernels,
                               GatedPath::jax_cuda_handlers, GatedPath::cuda_inner_activation,
-                              GatedPath::cuda_int8_factors};
+                              GatedPath::cuda_int8_factors, GatedPath::cuda_fp8_factors};
 
 /// The smallest width ≥ rank whose rows are a multiple of 16 bytes (8-byte elements: rank).
 std::int64_t aligned(std::int64_t rank, std::int64_t bytes) {
@@ -46,7 +46,8 @@ TEST(GatedPaths, NamesRoundTripAndListTheRegistryInOrder) {
     FAIL() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "gated path: name: expected one of cuda_padded_inner_width, cuda_performer_kernels, "
-                           "jax_cuda_handlers, cuda_inner_activation, cuda_int8_factors, got 'cuda_everything'");
+                           "jax_cuda_handlers, cuda_inner_activation, cuda_int8_factors, cuda_fp8_factors, got "
+                           "'cuda_everything'");
   }
 }
 

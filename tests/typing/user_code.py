@@ -91,3 +91,10 @@ y8: npt.NDArray[np.float32] = sketchcore.int8_sketched_matmul(
 )
 packed_bytes: int = f8.nbytes + g8.q.size + int(g8.scale.size)
 print(k8, n8, y8.shape, packed_bytes)
+
+# The fp8 (e4m3) factors (the product needs a CUDA device, so this script only builds them).
+codes, e4m3_scale = sketchcore.quantize_e4m3(np.ones((4, 3), np.float32))
+e4m3_factor = sketchcore.Fp8Factor(codes, e4m3_scale)
+e4m3_values: npt.NDArray[np.float32] = sketchcore.e4m3_decode(e4m3_factor.codes)
+round_trip: npt.NDArray[np.uint8] = sketchcore.e4m3_encode(e4m3_values)
+print(e4m3_factor.shape, e4m3_factor.nbytes, round_trip.shape, sketchcore.fp8_sketched_matmul)

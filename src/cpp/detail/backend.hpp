@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "sketchcore/epilogue.hpp"
+#include "sketchcore/errors.hpp"
 #include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"
@@ -71,6 +72,8 @@ struct Int8MatmulProblem {
   std::int64_t out_row_stride;
 };
 
+struct Fp8MatmulProblem;  // detail/fp8_device.hpp
+
 /// One kind of device's implementation of the operations and of its memory pool.
 class Backend {
  public:
@@ -92,6 +95,11 @@ class Backend {
                                             const PerformerGradients& grads) const = 0;
   /// Computes a validated int8_sketched_matmul problem into problem.out.
   virtual void int8_sketched_matmul(const Int8MatmulProblem& problem) const = 0;
+  /// Computes a validated fp8_sketched_matmul problem into problem.out; only the CUDA backend
+  /// has fp8 kernels (the core refuses other devices before it gets here).
+  virtual void fp8_sketched_matmul(const Fp8MatmulProblem& /*problem*/) const {
+    throw device_error("fp8_sketched_matmul: this backend has no fp8 kernels");
+  }
   /// Whether `dtype` can be computed on this kind of device.
   virtual bool supports(DType dtype) const noexcept = 0;
   /// Number of devices of this kind that can be used (the CPU: 1).

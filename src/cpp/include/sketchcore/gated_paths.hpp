@@ -50,6 +50,11 @@ enum class GatedPath : std::uint8_t {
   /// kernels for the per-row quantization, σ with requantization, and the dequantizing epilogue).
   /// Closed: int8_sketched_matmul on a CUDA array throws unverified_path_error.
   cuda_int8_factors,
+  /// fp8_sketched_matmul on CUDA devices of compute capability 8.9 or newer (cuBLASLt e4m3 GEMMs
+  /// with float32 accumulation and own kernels for the per-row e4m3 quantization, σ with
+  /// requantization, and the dequantizing epilogue). Closed: fp8_sketched_matmul is refused
+  /// (unverified_path_error); there is no other fp8 path.
+  cuda_fp8_factors,
 };
 
 /// What gated_paths() reports about one path.

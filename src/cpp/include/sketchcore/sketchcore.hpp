@@ -7,6 +7,7 @@
 #include "sketchcore/execution.hpp"
 #include "sketchcore/gated_paths.hpp"
 #include "sketchcore/export.hpp"
+#include "sketchcore/fp8_matmul.hpp"
 #include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"

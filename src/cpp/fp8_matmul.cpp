@@ -1,0 +1,102 @@
+// Public entry point of the fp8 sketched GEMM: argument validation (once), the refusal of
+// arrays that are not on a CUDA device, and dispatch to the CUDA backend.
+#include "sketchcore/fp8_matmul.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "detail/backend.hpp"
+#include "detail/check.hpp"
+#include "detail/checked.hpp"
+#include "detail/fp8_device.hpp"
+#include "detail/layout.hpp"
+#include "sketchcore/errors.hpp"
+
+namespace sketchcore {
+
+namespace {
+
+constexpr const char* kOp = "fp8_sketched_matmul";
+
+void check_float32_like_x(const TensorView& v, const TensorView& x, const char* name) {
+  if (v.device() != x.device()) {
+    detail::fail<device_error>(kOp, name, "device " + device_name(x.device()) + " (the device of x)",
+                               device_name(v.device()));
+  }
+  if (v.dtype() != DType::float32) detail::fail<dtype_error>(kOp, name, "dtype float32", dtype_name(v.dtype()));
+}
+
+void check_epilogue(const Epilogue& e, const TensorView& x, std::int64_t d_out) {
+  if (e.bias) {
+    check_float32_like_x(*e.bias, x, "bias");
+    if (e.bias->ndim() != 1 || e.bias->size(0) != d_out) {
+      detail::fail<shape_error>(kOp, "bias", "shape (" + std::to_string(d_out) + ",)", detail::describe_shape(*e.bias));
+    }
+  }
+  if (e.dropout_p != 0.0) {
+    detail::fail<std::invalid_argument>(kOp, "dropout_p", "0 (the fp8 path has no dropout)", std::to_string(e.dropout_p));
+  }
+  if (!std::isfinite(e.scale)) detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(e.scale));
+  for (const Activation a : {e.activation, e.inner_activation}) {
+    bool known = false;
+    for (const Activation k : all_activations()) known = known || k == a;
+    if (!known) {
+      detail::fail<std::invalid_argument>(kOp, a == e.activation ? "activation" : "inner_activation",
+                                          "a known activation", "the enumerator " + std::to_string(static_cast<int>(a)));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::int64_t> fp8_sketched_matmul_output_shape(const TensorView& x, const Fp8Factor& S,
+                                                           const Fp8Factor& U) {
+  if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
+  if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
+  if (x.size(-1) != S.rows()) {
+    detail::fail<shape_error>(kOp, "S", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])",
+                              "shape (" + std::to_string(S.rows()) + ", " + std::to_string(S.cols()) + ")");
+  }
+  if (U.rows() != S.cols()) {
+    detail::fail<shape_error>(kOp, "U", std::to_string(S.cols()) + " rows (the columns of S)",
+                              "shape (" + std::to_string(U.rows()) + ", " + std::to_string(U.cols()) + ")");
+  }
+  if (x.device().type != DeviceType::cuda) {
+    detail::fail<device_error>(kOp, "x",
+                               "an array on a CUDA device of compute capability 8.9 or newer (there is no CPU fp8 kernel)",
+                               device_name(x.device()));
+  }
+  if (!detail::backend_for(x.device().type)) {
+    detail::fail<device_error>(kOp, "x",
+                               "a build of sketchcore with the CUDA backend (this one has none) for a CUDA array",
+                               device_name(x.device()));
+  }
+  std::vector<std::int64_t> shape = x.shape();
+  shape.back() = U.cols();
+  return shape;
+}
+
+void fp8_sketched_matmul(const TensorView& x, const Fp8Factor& S, const Fp8Factor& U, const TensorView& out,
+                         const Epilogue& epilogue) {
+  const std::vector<std::int64_t> shape = fp8_sketched_matmul_output_shape(x, S, U);
+  check_float32_like_x(out, x, "out");
+  if (out.shape() != shape) {
+    detail::fail<shape_error>(kOp, "out", "shape " + shape_to_string(shape), detail::describe_shape(out));
+  }
+  check_epilogue(epilogue, x, U.cols());
+  const detail::RowMatrix rows = detail::as_row_matrix(out);
+  if (!rows.row_stride || (rows.cols > 1 && rows.col_stride != 1) || (rows.rows > 1 && *rows.row_stride < rows.cols)) {
+    detail::fail<shape_error>(kOp, "out", "unit column stride and rows that collapse into one row stride",
+                              "strides " + shape_to_string(out.strides()));
+  }
+  if (detail::overlaps(out, x) || (epilogue.bias && detail::overlaps(out, *epilogue.bias))) {
+    detail::fail<shape_error>(kOp, "out", "no overlap with x or bias", "overlapping memory");
+  }
+  detail::check_addressable(kOp, "x", x);
+  const detail::Fp8MatmulProblem problem{x,         S,        U,        out,      epilogue,
+                                         rows.rows, S.rows(), S.cols(), U.cols(), rows.row_stride.value_or(0)};
+  detail::backend_for(x.device().type)->fp8_sketched_matmul(problem);
+}
+
+}  // namespace sketchcore
