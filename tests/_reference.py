@@ -80,12 +80,14 @@ def random_problem(rng, lead, d_in, k, d_out, terms=None, dtype=np.float32, bias
 
 def q8_rows(x):
     """Per-row symmetric quantization in float32, as documented (q = rint(x · (127/max|x|))):
-    (q as int64, row scales max|x|/127)."""
+    (q as int64, row scales max|x|/127). A row whose maximum is below 2^-64 is first multiplied,
+    with its maximum, by 2^64 (exact), where 127/max|x| would overflow float32."""
     x = np.asarray(x, np.float32)
     max_abs = np.abs(x).max(axis=-1) if x.shape[-1] else np.zeros(x.shape[0], np.float32)
     scale = (max_abs / np.float32(127)).astype(np.float32)
-    inverse = np.float32(127) / np.where(max_abs == 0, np.float32(1), max_abs)
-    q = np.clip(np.rint(x * inverse[:, None]), -127, 127).astype(np.int64)
+    boost = np.where(max_abs < np.float32(2.0**-64), np.float32(2.0**64), np.float32(1)).astype(np.float32)
+    inverse = np.float32(127) / np.where(max_abs == 0, np.float32(1), max_abs * boost)
+    q = np.clip(np.rint((x * boost[:, None]) * inverse[:, None]), -127, 127).astype(np.int64)
     return q, scale
 
 

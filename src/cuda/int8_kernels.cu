@@ -55,9 +55,12 @@ template <class Source>
 __device__ float write_quantized_row(const RowMax& m, Source src, std::int64_t cols, std::int8_t* dst,
                                      std::int64_t ld) {
   const bool zero = !m.finite || m.max_abs == 0.0f;
-  const float inverse = zero ? 0.0f : 127.0f / m.max_abs;
+  // Below 2^-64 the values and the maximum are scaled by 2^64 first (exactly), as on the CPU:
+  // 127.0f / max overflows for the smallest maxima, and 0 · inf is NaN.
+  const float boost = m.max_abs < 0x1p-64f ? 0x1p64f : 1.0f;
+  const float inverse = zero ? 0.0f : 127.0f / (m.max_abs * boost);
   for (std::int64_t j = threadIdx.x; j < ld; j += blockDim.x) {
-    dst[j] = (zero || j >= cols) ? std::int8_t{0} : quantize(src(j), inverse);
+    dst[j] = (zero || j >= cols) ? std::int8_t{0} : quantize(src(j) * boost, inverse);
   }
   return m.finite ? m.max_abs / 127.0f : __int_as_float(0x7fc00000);  // NaN for a non-finite row
 }

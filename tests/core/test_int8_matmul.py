@@ -138,6 +138,25 @@ def test_zero_and_non_finite_rows(rng, isa):
     assert np.isnan(y[2]).all() and np.isfinite(y[1]).all()
 
 
+def test_rows_with_a_subnormal_maximum_quantize_as_their_scaled_copies(rng, isa):
+    # 127 / max overflows for a maximum under about 3.7e-37: a zero would become 0 · inf = NaN and
+    # clamp to -127, every other value to ±127. A row times 2^-130 (exact: few mantissa bits) has
+    # the row's own codes; its output follows the documented steps (the scales, subnormal, round
+    # coarsely, so the output is compared with the step-by-step reference, not with the row's).
+    pattern = rng.integers(-8, 9, size=(1, 40)).astype(np.float32) / 4
+    pattern[0, :3] = (0.0, 2.0, -1.5)
+    tiny = pattern * np.float32(2.0**-130)
+    x = np.concatenate([pattern, tiny])
+    assert 0 < np.abs(tiny).max() < np.finfo(np.float32).tiny  # a subnormal maximum
+    np.testing.assert_array_equal(q8_rows(tiny)[0], q8_rows(pattern)[0])
+    S, _ = factor(rng, 40, 8)
+    U, _ = factor(rng, 8, 6)
+    y = sketchcore.int8_sketched_matmul(x, S, U)
+    assert np.isfinite(y).all() and np.abs(y[1]).max() > 0
+    ref = quantized_reference(x, S, U, None, "none", "none")
+    np.testing.assert_allclose(y, ref, rtol=2e-6, atol=2e-6 * np.abs(ref[1]).max())
+
+
 def test_strided_x_torch_in_torch_out_and_out_argument(rng, isa):
     base = rng.standard_normal((4, 6, 2 * 30)).astype(np.float32)
     x = base[:, ::-2, ::2]  # leading dimensions that do not collapse, non-unit column stride

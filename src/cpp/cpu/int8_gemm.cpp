@@ -79,12 +79,15 @@ float quantize_row(const float* x, std::int64_t col_stride, std::int64_t cols, s
     std::memset(dst, zero, static_cast<std::size_t>(padded));
     return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
-  const float inverse = 127.0f / max_abs;  // a product per value, not a division
+  // A product per value, not a division. Below 2^-64 the values and the maximum are first scaled
+  // by 2^64 (exactly): 127 / max overflows for a maximum under about 3.7e-37, and 0 · inf is NaN.
+  const float boost = int8_tiny_row_boost(max_abs);
+  const float inverse = 127.0f / (max_abs * boost);
   // 1.5 · 2^23 added and taken away rounds a |value| ≤ 127 to an integer, half to even, in the
   // default rounding mode (std::nearbyint is a libm call that saves the floating-point state).
   constexpr float kRound = 12582912.0f;
   for (std::int64_t j = 0; j < cols; ++j) {
-    const float clamped = std::min(127.0f, std::max(-127.0f, x[j * col_stride] * inverse));
+    const float clamped = std::min(127.0f, std::max(-127.0f, x[j * col_stride] * boost * inverse));
     const float q = (clamped + kRound) - kRound;
     dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + zero);
   }

@@ -89,6 +89,10 @@ double int8_peak_avx_vnni(std::int64_t iterations);
 #define SKETCHCORE_INT8_X86 0
 #endif
 
+/// The exact power of two a row's values and maximum are multiplied by before 127 / max is taken:
+/// 2^64 for a maximum below 2^-64 (where 127 / max would overflow for the smallest ones), else 1.
+inline float int8_tiny_row_boost(float max_abs) noexcept { return max_abs < 0x1p-64f ? 0x1p64f : 1.0f; }
+
 /// Quantizes `rows` rows of float32: row scale s = max|x|/127, q = clip(round_half_even(x · (127/max|x|)),
 /// ±127) in float32 (0 for an all-zero row, a NaN scale for a row with a non-finite value); (row i at x + row_offset(i), `col_stride` apart, `cols`
 /// values) into `dst` (stride 4·⌈cols/4⌉ bytes, padding zero) and row scales, on the workers.

@@ -117,13 +117,16 @@ SKETCHCORE_VNNI512_TARGET float quantize_row_avx512(const float* x, std::int64_t
     std::memset(dst, zero, static_cast<std::size_t>(padded));
     return not_finite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
   }
-  const __m512 inverse = _mm512_set1_ps(127.0f / largest_abs), low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
+  const float boost = int8_tiny_row_boost(largest_abs);  // as quantize_rows_int8's scalar code
+  const __m512 inverse = _mm512_set1_ps(127.0f / (largest_abs * boost)), low = _mm512_set1_ps(-127.0f),
+               high = _mm512_set1_ps(127.0f), boost_all = _mm512_set1_ps(boost);
   const __m512i shift = _mm512_set1_epi32(zero);
   for (std::int64_t j = 0; j < cols; j += 16) {
     const __mmask16 mask = lanes(cols - j);
     // x · (127 / max) as the scalar code rounds it, clamped (the bounds are integers, so
     // clamping first rounds the same), rounded half to even by the default MXCSR.
-    const __m512 q = _mm512_min_ps(high, _mm512_max_ps(low, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + j), inverse)));
+    const __m512 boosted = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + j), boost_all);
+    const __m512 q = _mm512_min_ps(high, _mm512_max_ps(low, _mm512_mul_ps(boosted, inverse)));
     const __m512i value = _mm512_add_epi32(_mm512_cvtps_epi32(q), shift);
     _mm_mask_storeu_epi8(dst + j, mask, _mm512_cvtepi32_epi8(value));
   }
