@@ -60,6 +60,9 @@ std::shared_ptr<const DeviceFactor> device_factor(const Fp8Factor& factor, int d
     auto* base = static_cast<std::uint8_t*>(made->block);
     check(cudaMemcpy(base, s.codes.data(), s.codes.size(), cudaMemcpyHostToDevice), "cudaMemcpy (fp8 factor codes)");
     check(cudaMemcpy(base + codes, s.scales.data(), scales, cudaMemcpyHostToDevice), "cudaMemcpy (fp8 factor scales)");
+    // A pageable host-to-device cudaMemcpy may return before the data reaches the device, and a
+    // non-blocking caller stream is not ordered after the legacy stream it ran on: wait for it.
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (fp8 factor upload)");
     made->codes = base;
     made->scales = reinterpret_cast<const float*>(base + codes);
     return std::shared_ptr<const void>(std::move(made));

@@ -65,6 +65,9 @@ std::shared_ptr<const DeviceFactor> device_factor(const Int8Factor& factor, int 
           "cudaMemcpy (int8 factor values)");
     check(cudaMemcpy(base + values, layout.scales.data(), scales, cudaMemcpyHostToDevice),
           "cudaMemcpy (int8 factor scales)");
+    // A pageable host-to-device cudaMemcpy may return before the data reaches the device, and a
+    // non-blocking caller stream is not ordered after the legacy stream it ran on: wait for it.
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (int8 factor upload)");
     made->values = base;
     made->scales = reinterpret_cast<const float*>(base + values);
     return std::shared_ptr<const void>(std::move(made));
