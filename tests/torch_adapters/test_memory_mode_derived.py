@@ -235,3 +235,17 @@ def test_views_and_copies_of_derived_tensors_are_recomputed():
     assert all(ref.expired() for ref in watch)
     for g, w in zip(torch.autograd.grad(loss, [x, layer.S, layer.U]), want):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+
+def test_a_region_spanning_many_steps_does_not_keep_every_steps_recipes():
+    # Each step registers two recipes (the layer's output and its SiLU); the registry drops the
+    # entries of dead storages, so 700 steps in one region do not keep 1,400 entries (and their Z).
+    from sketchcore.torch.ops import _memory_mode
+
+    torch.manual_seed(0)
+    layer = LowRankLinear(16, 32, 4, inner_activation="silu")
+    with low_rank_activations():
+        for _ in range(700):
+            F.silu(layer(torch.randn(3, 16))).sum().backward()
+        assert len(_memory_mode._state.recipes) <= _memory_mode._PRUNE_FROM + 2

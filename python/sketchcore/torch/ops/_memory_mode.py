@@ -75,7 +75,21 @@ def register_recipe(out: Tensor, recipe: Recipe) -> None:
     recipes = getattr(_state, "recipes", None)
     if recipes is None or out.storage_offset() != 0 or out._base is not None:
         return
+    if len(recipes) >= getattr(_state, "prune_at", _PRUNE_FROM):
+        _prune(recipes)
     recipes[StorageWeakRef(out.untyped_storage())] = _Entry(recipe, out._version)  # type: ignore[no-untyped-call]
+
+
+#: Entries before the registry first drops those of storages that have died.
+_PRUNE_FROM = 512
+
+
+def _prune(recipes: dict[Any, _Entry]) -> None:
+    """Drops the entries of dead storages: a region spanning many steps would otherwise keep every
+    step's Z alive through them (the graph's own packed recipes do not depend on the registry)."""
+    for key in [key for key in recipes if key.expired()]:
+        del recipes[key]
+    _state.prune_at = max(_PRUNE_FROM, 2 * len(recipes))
 
 
 def register(y: Tensor, grad_fn: Any, U: Tensor, bias: Optional[Tensor], activation: str,
@@ -155,7 +169,7 @@ def low_rank_activations() -> Iterator[None]:
     torch.Size([256, 16])
     """
     previous = getattr(_state, "recipes", None)
-    _state.recipes = {}
+    _state.recipes, _state.prune_at = {}, _PRUNE_FROM
     try:
         with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), \
                 DeriveRecipes(recipe_of, register_recipe, _state):
