@@ -19,8 +19,11 @@ outputs, with constant cos and sin) and the value states. Inside :func:`low_rank
   recomputed in the backward, each recipe once per backward (``_memory_recipes``).
 
 Nothing else is recomputed (no block is checkpointed, no attention or norm). Anything off the
-allowlist is kept as without the mode. A tensor changed in place after its registration is kept;
-one changed in place after it was saved raises in the backward, as autograd does. The recomputed
+allowlist is kept as without the mode. A tensor changed in place after its registration is kept.
+Between the forward and the backward, a kept tensor or a constant a recipe reads that is changed
+in place makes the backward raise (for a constant, where plain autograd, which does not save it,
+would not); a recomputed tensor changed in place after it was saved is rebuilt as the forward saw
+it, so its gradient is the forward's (where plain autograd would raise). The recomputed
 values equal the forward's up to float rounding (the layer's product is recomputed by torch's GEMM
 from the same Z, the forward's by sketchcore's); derived recipes
 replay the forward's function, under the forward's autocast state. The cost: the recomputed
