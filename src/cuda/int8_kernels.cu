@@ -7,43 +7,11 @@
 #include "cuda_common.cuh"
 #include "detail/activations.hpp"
 #include "launch.cuh"
+#include "row_reduce.cuh"
 
 namespace sketchcore::cuda {
 
 namespace {
-
-constexpr int kWarps = kThreads / 32;
-
-/// The largest |value| over the block and whether every value was finite, in every thread.
-struct RowMax {
-  float max_abs;
-  bool finite;
-};
-
-__device__ RowMax block_row_max(float max_abs, bool finite) {
-  __shared__ float warp_max[kWarps];
-  __shared__ int warp_finite[kWarps];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    max_abs = fmaxf(max_abs, __shfl_xor_sync(0xffffffffu, max_abs, offset));
-  }
-  const bool all_finite = __all_sync(0xffffffffu, finite);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  if (lane == 0) {
-    warp_max[warp] = max_abs;
-    warp_finite[warp] = all_finite;
-  }
-  __syncthreads();
-  RowMax result{0.0f, true};
-  for (int w = 0; w < kWarps; ++w) {
-    result.max_abs = fmaxf(result.max_abs, warp_max[w]);
-    result.finite = result.finite && warp_finite[w] != 0;
-  }
-  __syncthreads();  // the shared slots are reused by the block's next row
-  return result;
-}
-
-/// |v| ≤ FLT_MAX: false for infinities and NaNs (fmaxf drops NaNs, so they are looked for apart).
-__device__ __forceinline__ bool is_finite(float v) { return fabsf(v) <= FLT_MAX; }
 
 /// The CPU's quantization of one value of a row with a finite, non-zero maximum.
 __device__ __forceinline__ std::int8_t quantize(float v, float inverse) {
@@ -57,7 +25,7 @@ __device__ float write_quantized_row(const RowMax& m, Source src, std::int64_t c
   const bool zero = !m.finite || m.max_abs == 0.0f;
   // Below 2^-64 the values and the maximum are scaled by 2^64 first (exactly), as on the CPU:
   // 127.0f / max overflows for the smallest maxima, and 0 · inf is NaN.
-  const float boost = m.max_abs < 0x1p-64f ? 0x1p64f : 1.0f;
+  const float boost = tiny_row_boost(m.max_abs);
   const float inverse = zero ? 0.0f : 127.0f / (m.max_abs * boost);
   for (std::int64_t j = threadIdx.x; j < ld; j += blockDim.x) {
     dst[j] = (zero || j >= cols) ? std::int8_t{0} : quantize(src(j) * boost, inverse);
