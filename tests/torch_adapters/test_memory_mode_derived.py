@@ -249,3 +249,21 @@ def test_a_region_spanning_many_steps_does_not_keep_every_steps_recipes():
         for _ in range(700):
             F.silu(layer(torch.randn(3, 16))).sum().backward()
         assert len(_memory_mode._state.recipes) <= _memory_mode._PRUNE_FROM + 2
+
+
+def test_an_inference_tensor_constant_leaves_the_output_kept():
+    # A table made under inference_mode has no version counter to guard a recipe by: the sum is
+    # kept as it is (the forward must not raise), and the gradients are the plain ones.
+    torch.manual_seed(0)
+    layer = LowRankLinear(16, 32, 4, inner_activation="silu")
+    with torch.inference_mode():
+        table = torch.randn(3, 32)
+    x = torch.randn(3, 16)
+    with low_rank_activations():
+        y = torch.tanh(layer(x) + table)
+    y.sum().backward()
+    in_the_mode = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    torch.tanh(layer(x) + table).sum().backward()
+    for plain, got in zip((p.grad for p in layer.parameters()), in_the_mode):
+        torch.testing.assert_close(got, plain)

@@ -77,6 +77,8 @@ class DeriveRecipes(TorchFunctionMode):
                 recorded.append(View(recipe, leaf))
             elif leaf.requires_grad and not leaf.is_leaf:
                 return None  # computed from something not recomputable: keep the output
+            elif leaf.is_inference():
+                return None  # made under inference_mode: no version to guard it by, so keep the output
             else:
                 recorded.append(leaf)  # a constant, or a leaf such as a parameter (version-guarded)
         if not any(isinstance(r, View) for r in recorded):
