@@ -12,14 +12,16 @@ the same seed and sees the same batches.
 
 Per row: training tokens/s (the median of training steps timed side by side with the other rows,
 round by round in a rotating order, after training, so that the machine's load changes every row
-alike; the ratios to dense per round: median, min, max), peak memory of training, the validation loss at equal tokens (every
-row trains ``steps`` steps) and at equal wall-clock (each non-dense row trains again with as many
-steps as fit in the dense row's training time, at its own measured step time, with the schedule
-stretched to them, as CoLA's paper compares), the loss-versus-time curve (a PNG), and the ratios
-to dense (and CoLA through sketchcore against its plain-torch peer). The recipe: AdamW (β = 0.9,
-0.95, no weight decay), linear warm-up over 10 % of the steps, cosine decay to 10 % of the peak
-learning rate, gradient clipping at 1; ``--lr`` with several values repeats the rows per rate
-(the sensitivity).
+alike; the ratios to dense per round: median, min, max), peak training memory (on the CPU in a
+fresh process per row, bench/pretrain_memory.py), the validation loss at equal tokens (every row
+trains ``steps`` steps) and at equal wall-clock (dense trains again with as many steps as fit in
+the row's training time, at dense's measured step time, its schedule fitted to them, as CoLA's
+paper compares), the loss-versus-time curve (a PNG), and the ratios to dense (and CoLA through
+sketchcore against its plain-torch peer). The recipe: AdamW (β = 0.9, 0.95, no weight decay),
+linear warm-up over 10 % of the steps, cosine decay to 10 % of the peak learning rate, gradient
+clipping at 1; ``--lr`` with several values repeats the rows per rate (the sensitivity). A row in
+the preset's ``row_steps`` trains only that many steps (the memory mode: its gradients are those
+of ``cola_sketchcore``, tests/torch_adapters; it is here for its speed and memory).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from sketchcore.torch import low_rank_activations
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
 from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
+from pretrain_memory import measure as measure_peak_memory  # noqa: E402
 from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
 from pretrain_saved import kept_storages, largest, saved_activation_bytes  # noqa: E402
 
@@ -50,11 +53,13 @@ PRESETS: dict[str, dict[str, Any]] = {
               "eval_every": 2, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu",
               "timing_rounds": 2},
     # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 1.02M tokens per row.
-    "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 500,
-            "eval_every": 50, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu",
-            "timing_rounds": 6,
-            # The rows the targets are about; the others' equal-time runs would double the preset's 30 minutes.
-            "equal_time_rows": ["cola_sketchcore", "cola_torch"]},
+    # 489 steps: the fewest with >= 1M tokens.
+    "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 489,
+            "eval_every": 49, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu",
+            "timing_rounds": 12,
+            # Within the preset's 30 minutes: dense trains again only in the time of the row the
+            # equal-time target is about, and the memory mode (the same gradients) trains 30 steps.
+            "equal_time_rows": ["cola_sketchcore"], "row_steps": {"cola_sketchcore_memory": 30}},
     # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 49M tokens per row.
     "gpu": {"hidden": 768, "intermediate": 2048, "layers": 12, "heads": 12, "length": 512, "batch": 32,
             "steps": 3000, "eval_every": 250, "val_batches": 16, "corpus_bytes": 64_000_000, "lr": 3e-3,
@@ -94,7 +99,8 @@ def _sync(device: torch.device) -> None:
 def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, held_out: list[torch.Tensor],
           eval_every: int) -> dict[str, Any]:
     """Trains one row for `steps` steps: its curve (step, tokens, training seconds, validation
-    loss), tokens/s (the first step, with its one-time costs, left out) and peak memory."""
+    loss), tokens/s (the first step, with its one-time costs, left out) and, on a GPU, peak
+    memory (on the CPU ``run`` measures it in a process of its own)."""
     device = torch.device(preset["device"])
     model = build(row, preset, SEED).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -104,8 +110,9 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     activation_bytes = saved_activation_bytes(model, batches(corpus.train, preset["batch"], preset["length"],
                                                             torch.Generator().manual_seed(0)).to(device),
                                               row.endswith("_memory"))
-    meter = PeakMemory(device)
-    meter.start(model)
+    meter = PeakMemory(device) if device.type == "cuda" else None
+    if meter is not None:
+        meter.start(model)
     curve = [{"step": 0, "tokens": 0, "seconds": 0.0, "val_loss": validation_loss(model, held_out, device)}]
     elapsed, first_step = 0.0, 0.0
     for step in range(steps):
@@ -121,7 +128,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
             "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
             "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
-            "peak_memory_mib": meter.peak(), "saved_activations_mib": activation_bytes / 2**20,
+            "peak_memory_mib": meter.peak() if meter is not None else None, "saved_activations_mib": activation_bytes / 2**20,
             "final_val_loss": curve[-1]["val_loss"], "curve": curve, "_state": (model, optimizer, memory_mode)}
 
 
@@ -176,22 +183,30 @@ def run(preset_name: str, rows: list[str], lrs: list[float], equal_time_rows: li
     results: dict[str, Any] = {"preset": preset_name, "config": preset, "corpus": corpus.description,
                                "machine": _machine(preset["device"]), "torch": torch.__version__,
                                "threads": torch.get_num_threads(), "runs": []}
+    row_steps = {row: min(preset.get("row_steps", {}).get(row, preset["steps"]), preset["steps"]) for row in rows}
     for lr in lrs:
-        tokens = {row: train(row, preset, preset["steps"], lr, corpus, held_out, preset["eval_every"]) for row in rows}
+        tokens = {row: train(row, preset, row_steps[row], lr, corpus, held_out,
+                             min(preset["eval_every"], row_steps[row])) for row in rows}
         interleaved_throughput(tokens, preset, corpus)
         entry: dict[str, Any] = {"lr": lr, "equal_tokens": tokens, "equal_time": {}}
         if "dense" in tokens:
-            budget = tokens["dense"]["step_seconds"] * preset["steps"]
-            for row in rows:
-                if row == "dense" or row not in equal_time_rows:
+            for row in rows:  # dense in the row's time (the row's full-length run at its own step time)
+                if row == "dense" or row not in equal_time_rows or row_steps[row] != preset["steps"]:
                     continue
-                steps = max(1, round(budget / tokens[row]["step_seconds"]))
-                entry["equal_time"][row] = train(row, preset, steps, lr, corpus, held_out, max(1, steps // 10))
+                budget = tokens[row]["step_seconds"] * preset["steps"]
+                steps = max(1, round(budget / tokens["dense"]["step_seconds"]))
+                entry["equal_time"][row] = train("dense", preset, steps, lr, corpus, held_out, max(1, steps // 10))
                 entry["equal_time"][row].pop("_state")
         for r in tokens.values():
             r.pop("_state")
         entry["ratios"] = ratios(entry)
         results["runs"].append(entry)
+    if preset["device"] == "cpu":  # the same for every learning rate: measured once per row
+        peaks = {row: measure_peak_memory(preset_name, row) for row in rows}
+        for entry in results["runs"]:
+            for row, r in entry["equal_tokens"].items():
+                r["peak_memory_mib"] = peaks[row]
+            entry["ratios"] = ratios(entry)
     return results
 
 
@@ -206,21 +221,28 @@ def ratios(entry: dict[str, Any]) -> dict[str, Any]:
             line["tokens_per_s_vs_dense"] = r["tokens_per_s"] / dense["tokens_per_s"]
             if "tokens_per_s_vs_dense_rounds" in r:
                 line["tokens_per_s_vs_dense_rounds"] = r["tokens_per_s_vs_dense_rounds"]
-            line["peak_memory_vs_dense"] = r["peak_memory_mib"] / dense["peak_memory_mib"]
+            if r["peak_memory_mib"] is not None:
+                line["peak_memory_vs_dense"] = r["peak_memory_mib"] / dense["peak_memory_mib"]
             line["saved_activations_vs_dense"] = r["saved_activations_mib"] / dense["saved_activations_mib"]
             line["val_loss_equal_tokens_vs_dense"] = r["final_val_loss"] / dense["final_val_loss"]
-            if row in timed:
-                line["val_loss_equal_time_vs_dense"] = timed[row]["final_val_loss"] / dense["final_val_loss"]
+            if row in timed:  # the row's loss over dense's in the row's training time
+                line["val_loss_equal_time_vs_dense"] = r["final_val_loss"] / timed[row]["final_val_loss"]
         out[row] = line
     if "cola_sketchcore" in tokens and "cola_torch" in tokens:
         ours, peer = tokens["cola_sketchcore"], tokens["cola_torch"]
         rounds = [p / o for p, o in zip(peer.get("interleaved_step_seconds", []), ours.get("interleaved_step_seconds", []))]
         out["cola_sketchcore_vs_cola_torch"] = {"tokens_per_s": ours["tokens_per_s"] / peer["tokens_per_s"],
-                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"],
+                                                "peak_memory": ours["peak_memory_mib"] / peer["peak_memory_mib"]
+                                                if ours["peak_memory_mib"] is not None else None,
                                                 "saved_activations": ours["saved_activations_mib"]
                                                 / peer["saved_activations_mib"],
-                                                "tokens_per_s_rounds": {"min": min(rounds), "max": max(rounds)}
+                                                "tokens_per_s_rounds": {"median": statistics.median(rounds),
+                                                                        "min": min(rounds), "max": max(rounds)}
                                                 if rounds else None}
+        memory = tokens.get("cola_sketchcore_memory")
+        if memory is not None and memory["peak_memory_mib"] is not None:
+            out["cola_sketchcore_vs_cola_torch"]["memory_mode_peak_memory"] = (memory["peak_memory_mib"]
+                                                                               / peer["peak_memory_mib"])
     return out
 
 

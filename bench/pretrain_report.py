@@ -19,36 +19,44 @@ def markdown(results: dict[str, Any]) -> str:
     for run in results["runs"]:
         lines += [f"## Peak learning rate {run['lr']}", "",
                   "| row | params | tokens/s | × dense | peak MiB | × dense | saved activations MiB | × dense "
-                  "| val loss, equal tokens | × dense | val loss, equal time (steps) | × dense |",
+                  "| val loss, equal tokens (steps) | × dense | dense's val loss in the row's time (steps) | row × that |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row, r in run["equal_tokens"].items():
             ratio = run["ratios"].get(row, {})
             timed = run["equal_time"].get(row)
-            same_time = (f"{timed['final_val_loss']:.4f} ({timed['steps']})" if timed else
-                         f"{r['final_val_loss']:.4f} ({r['steps']})" if row == "dense" else "–")
+            same_time = f"{timed['final_val_loss']:.4f} ({timed['steps']})" if timed else "–"
+            full = r["steps"] == config["steps"]  # a row of the preset's row_steps trains fewer
 
             def cell(key: str) -> str:
                 return f"{ratio[key]:.3f}" if key in ratio else "–"
 
             spread = ratio.get("tokens_per_s_vs_dense_rounds")
             speed = cell("tokens_per_s_vs_dense") + (f" ({spread['min']:.2f}–{spread['max']:.2f})" if spread else "")
+            peak = f"{r['peak_memory_mib']:,.1f}" if r["peak_memory_mib"] is not None else "–"
             lines.append(f"| {row} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {speed} "
-                         f"| {r['peak_memory_mib']:,.1f} | {cell('peak_memory_vs_dense')} "
+                         f"| {peak} | {cell('peak_memory_vs_dense')} "
                          f"| {r['saved_activations_mib']:,.2f} | {cell('saved_activations_vs_dense')} "
-                         f"| {r['final_val_loss']:.4f} "
-                         f"| {cell('val_loss_equal_tokens_vs_dense')} | {same_time} "
+                         f"| {r['final_val_loss']:.4f} ({r['steps']}) "
+                         f"| {cell('val_loss_equal_tokens_vs_dense') if full else '–'} | {same_time} "
                          f"| {cell('val_loss_equal_time_vs_dense')} |")
         peer = run["ratios"].get("cola_sketchcore_vs_cola_torch")
         if peer:
             spread = peer.get("tokens_per_s_rounds")
-            range_text = f" (per round {spread['min']:.2f}–{spread['max']:.2f})" if spread else ""
+            range_text = (f" (per round: median {spread['median']:.3f}, {spread['min']:.2f}–{spread['max']:.2f})"
+                          if spread else "")
+            peak = f"peak memory × {peer['peak_memory']:.3f}, " if peer["peak_memory"] is not None else ""
+            mode = (f"; in the memory mode peak memory × {peer['memory_mode_peak_memory']:.3f}"
+                    if "memory_mode_peak_memory" in peer else "")
             lines += ["", f"CoLA through sketchcore against the plain-torch peer: tokens/s × {peer['tokens_per_s']:.3f}"
-                          f"{range_text}, "
-                          f"peak memory × {peer['peak_memory']:.3f}, saved activations × {peer['saved_activations']:.3f}."]
+                          f"{range_text}, {peak}saved activations × {peer['saved_activations']:.3f}{mode}."]
         lines += ["", "tokens/s: median of steps timed side by side after training (× dense: median ratio, per-round "
-                      "range in parentheses). Peak MiB: the resident set's growth during training plus the parameters (CPU; every row in "
-                      "one process, so allocator caching between rows shows); saved activations: the bytes autograd "
-                      "keeps between one forward and its backward, parameters left out (exact, load-independent)."]
+                      "range in parentheses). Peak MiB: on the CPU the resident set's growth over three training steps "
+                      "plus the parameters, each row in a fresh process with glibc's mapping threshold fixed at 128 KiB "
+                      "(bench/pretrain_memory.py); on a GPU the most torch's allocator and sketchcore's pool held. "
+                      "Saved activations: the bytes autograd keeps between one forward and its backward, parameters left "
+                      "out (exact, load-independent). Equal time: dense trained again for as many steps as fit in the "
+                      "row's training time, its schedule fitted to them; a row with fewer steps than the preset's "
+                      "(the memory mode: the same gradients as cola_sketchcore) is there for its speed and memory."]
         lines.append("")
     lines.append(f"Command: `{results.get('command', '')}`")
     return "\n".join(lines)
@@ -67,7 +75,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
             timed = run["equal_time"].get(row)
             if timed:
                 ax.plot(*zip(*[(p["seconds"], p["val_loss"]) for p in timed["curve"]]), linestyle=":",
-                        color=line.get_color(), label=f"{row}, equal time")
+                        color=line.get_color(), label=f"dense in {row}'s time")
         ax.set_xlabel("training seconds")
         ax.set_ylabel("validation loss (nats per byte)")
         ax.set_title(f"preset {results['preset']}, peak lr {run['lr']}")

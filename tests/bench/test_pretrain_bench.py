@@ -4,6 +4,7 @@ the standard library's text, the fused CoLA model and its plain-torch peer learn
 and the files it writes hold what it printed."""
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_quick_preset(tmp_path):
         assert r["steps"] == config["steps"] and len(r["curve"]) == 1 + config["steps"] // config["eval_every"]
         assert r["curve"][0]["val_loss"] > r["final_val_loss"]  # it learned
         assert math.log(256) * 0.8 < r["curve"][0]["val_loss"] < math.log(256) * 1.2  # about uniform over bytes
-        assert r["tokens_per_s"] > 0 and r["peak_memory_mib"] > 0
+        assert r["tokens_per_s"] > 0 and r["peak_memory_mib"] > r["params"] * 4 / 2**20  # at least the parameters
         assert ratios[row]["tokens_per_s_vs_dense"] == pytest.approx(r["tokens_per_s"] / tokens["dense"]["tokens_per_s"])
     # CoLA fused in sketchcore is the plain-torch CoLA: the same losses, step for step; the memory
     # mode recomputes what it dropped (torch's GEMM on the same Z: equal up to float rounding).
@@ -44,10 +45,12 @@ def test_quick_preset(tmp_path):
                                   tokens["cola_torch"]["curve"]):
         assert ours["val_loss"] == pytest.approx(peer["val_loss"], rel=1e-4)
         assert memory["val_loss"] == pytest.approx(ours["val_loss"], rel=1e-5)
-    # Equal wall-clock: as many steps as fit in dense's training time at each row's step time.
-    budget = tokens["dense"]["step_seconds"] * config["steps"]
+    # Equal wall-clock: dense again, with as many steps as fit in each row's training time at dense's step time.
     for row, r in timed.items():
-        assert r["steps"] == max(1, round(budget / tokens[row]["step_seconds"]))
+        budget = tokens[row]["step_seconds"] * config["steps"]
+        assert r["row"] == "dense" and r["steps"] == max(1, round(budget / tokens["dense"]["step_seconds"]))
+        assert ratios[row]["val_loss_equal_time_vs_dense"] == pytest.approx(tokens[row]["final_val_loss"]
+                                                                           / r["final_val_loss"])
     assert tokens["cola_sketchcore"]["params"] == tokens["lowrank"]["params"] < tokens["dense"]["params"]
 
 
@@ -59,7 +62,7 @@ def test_equal_time_rows_chooses_which_rows_train_again(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = json.loads(out.with_suffix(".json").read_text())["runs"]
     assert tuple(run["equal_tokens"]) == ("dense", "cola_torch", "lowrank")
-    assert tuple(run["equal_time"]) == ("cola_torch",)
+    assert tuple(run["equal_time"]) == ("cola_torch",) and run["equal_time"]["cola_torch"]["row"] == "dense"
     assert "val_loss_equal_time_vs_dense" not in run["ratios"]["lowrank"]
 
 
@@ -68,3 +71,30 @@ def test_equal_time_rows_rejects_unknown_names():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 2
     assert "--equal-time-rows: expected names from" in done.stderr and "'cola'" in done.stderr
+
+
+def test_row_steps_shortens_a_row_and_leaves_it_out_of_the_loss_comparisons(monkeypatch):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import pretrain
+    monkeypatch.setitem(pretrain.PRESETS, "quick", {**pretrain.PRESETS["quick"], "row_steps": {"cola_torch": 1}})
+    monkeypatch.setattr(pretrain, "measure_peak_memory", lambda preset, row: 100.0 if row == "dense" else 50.0)
+    (run,) = pretrain.run("quick", ["dense", "cola_torch", "lowrank"], [3e-3], ["cola_torch", "lowrank"])["runs"]
+    tokens = run["equal_tokens"]
+    assert tokens["cola_torch"]["steps"] == 1 and tokens["lowrank"]["steps"] == tokens["dense"]["steps"]
+    assert tuple(run["equal_time"]) == ("lowrank",)  # a shortened row has no equal-time run
+    assert run["ratios"]["lowrank"]["peak_memory_vs_dense"] == 0.5
+
+
+def test_peak_memory_runs_in_a_fresh_process_with_a_fixed_mapping_threshold():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import pretrain_memory
+    # The memory mode keeps the r-wide intermediates only: its peak stays well below the same model's
+    # without it, measured at the cpu preset's size (each row ten seconds).
+    mode, plain = (pretrain_memory.measure("cpu", row, steps=2) for row in ("cola_sketchcore_memory", "cola_sketchcore"))
+    assert 0 < mode < 0.8 * plain
+    done = subprocess.run([sys.executable, pretrain_memory.__file__, "--preset", "quick", "--row", "dense"],
+                          capture_output=True, text=True, timeout=600, env={k: v for k, v in os.environ.items()
+                                                                              if k != "MALLOC_MMAP_THRESHOLD_"})
+    assert done.returncode == 2 and "MALLOC_MMAP_THRESHOLD_: expected 131072" in done.stderr
+    with pytest.raises(RuntimeError, match="row 'nonsense' failed"):
+        pretrain_memory.measure("quick", "nonsense")
