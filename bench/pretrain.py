@@ -63,7 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 49M tokens per row.
     "gpu": {"hidden": 768, "intermediate": 2048, "layers": 12, "heads": 12, "length": 512, "batch": 32,
             "steps": 3000, "eval_every": 250, "val_batches": 16, "corpus_bytes": 64_000_000, "lr": 3e-3,
-            "device": "cuda", "timing_rounds": 10},
+            "device": "cuda", "timing_rounds": 10, "autocast": "bfloat16"},
 }
 SEED = 1234
 
@@ -78,6 +78,7 @@ def learning_rate(step: int, steps: int, peak: float) -> float:
 
 
 def _autocast(device: torch.device) -> Any:
+    """Training's autocast region: bfloat16 on a GPU (the gpu preset's "autocast"), none on the CPU."""
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu",
                                                                                                      enabled=False)
 
@@ -109,7 +110,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     tokens_per_step = preset["batch"] * preset["length"]
     activation_bytes = saved_activation_bytes(model, batches(corpus.train, preset["batch"], preset["length"],
                                                             torch.Generator().manual_seed(0)).to(device),
-                                              row.endswith("_memory"))
+                                              row.endswith("_memory"), preset.get("autocast"))
     meter = PeakMemory(device) if device.type == "cuda" else None
     if meter is not None:
         meter.start(model)
@@ -260,7 +261,8 @@ def saved_only(preset: dict[str, Any], rows: list[str]) -> dict[str, Any]:
     ratios to dense and to the plain-torch CoLA peer, and the largest storages each row keeps."""
     corpus = load_corpus(preset["corpus_bytes"])
     batch = batches(corpus.train, preset["batch"], preset["length"], torch.Generator().manual_seed(0))
-    kept = {row: kept_storages(build(row, preset, SEED), batch, row.endswith("_memory")) for row in rows}
+    kept = {row: kept_storages(build(row, preset, SEED), batch, row.endswith("_memory"), preset.get("autocast"))
+            for row in rows}  # the gpu preset's count in bfloat16, as it trains, also on the CPU
     mib = {row: sum(s["bytes"] for s in k.values()) / 2**20 for row, k in kept.items()}
     print("| row | saved activations MiB | × dense | × cola_torch |\n| --- | ---: | ---: | ---: |")
     for row in rows:

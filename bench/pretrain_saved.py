@@ -17,9 +17,13 @@ from sketchcore.torch import low_rank_activations
 from sketchcore.torch.ops import _memory_mode
 
 
-def kept_storages(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool) -> dict[int, dict[str, Any]]:
+def kept_storages(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool,
+                  autocast: str | None = None) -> dict[int, dict[str, Any]]:
     """The storages kept for the backward of one forward on `batch` (parameters left out), by
-    address: bytes, shape, dtype and producer of the first tensor seen on each. Runs the backward."""
+    address: bytes, shape, dtype and producer of the first tensor seen on each. Runs the backward.
+    `autocast` ("bfloat16", as the gpu preset trains) runs the forward in an autocast region of
+    the batch's device, so that the count is the one of that training, also where it is taken
+    on the CPU."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     packs: list[Any] = []
 
@@ -28,6 +32,8 @@ def kept_storages(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool
         return packs[-1]
 
     with contextlib.ExitStack() as stack:
+        if autocast is not None:
+            stack.enter_context(torch.autocast(batch.device.type, dtype=getattr(torch, autocast)))
         if memory_mode:
             stack.enter_context(low_rank_activations())
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, _memory_mode._unpack))
@@ -46,9 +52,10 @@ def kept_storages(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool
     return kept
 
 
-def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool) -> int:
+def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor, memory_mode: bool,
+                           autocast: str | None = None) -> int:
     """Bytes autograd keeps between one training forward and its backward (see the module)."""
-    return sum(s["bytes"] for s in kept_storages(model, batch, memory_mode).values())
+    return sum(s["bytes"] for s in kept_storages(model, batch, memory_mode, autocast).values())
 
 
 def largest(kept: dict[int, dict[str, Any]], count: int) -> list[str]:

@@ -41,3 +41,22 @@ def test_memory_mode_cost_quick():
     assert variants == ["plain", "memory", "memory_no_cache"]
     cached = float(re.search(r"at most ([\d.]+) MiB", out).group(1))
     assert cached > 0  # the quick model's MLP outputs were recomputed and cached in its backward
+
+
+@pytest.mark.parametrize("row", ["dense", "cola_sketchcore"])
+def test_saved_count_in_bfloat16_as_the_gpu_preset_trains(row):
+    import torch
+    sys.path.insert(0, str(BENCH))
+    from pretrain import PRESETS, SEED
+    from pretrain_models import build
+    from pretrain_saved import kept_storages
+    batch = torch.randint(0, 256, (PRESETS["quick"]["batch"], PRESETS["quick"]["length"]),
+                          generator=torch.Generator().manual_seed(SEED))
+    memory = row.endswith("_memory")
+    wide = kept_storages(build(row, PRESETS["quick"], SEED), batch, memory)
+    narrow = kept_storages(build(row, PRESETS["quick"], SEED), batch, memory, autocast="bfloat16")
+    assert PRESETS["gpu"]["autocast"] == "bfloat16"
+    assert {s["dtype"] for s in wide.values()} <= {"float32", "int64", "bool"}
+    assert "bfloat16" in {s["dtype"] for s in narrow.values()}  # (log-softmax stays float32, as autocast runs it)
+    # (at this toy size the float32 logits and their log-softmax are a large part of the count)
+    assert sum(s["bytes"] for s in narrow.values()) < 0.95 * sum(s["bytes"] for s in wide.values())
