@@ -16,10 +16,15 @@ outputs, with constant cos and sin) and the value states. Inside :func:`low_rank
   recomputable tensor, the others being constants or leaves, is registered with a *derived
   recipe* (the function and its arguments);
 - every tensor autograd saves that is (a view of) a registered one is packed as its recipe and
-  recomputed in the backward, each recipe once per backward (``_memory_recipes``).
+  recomputed in the backward, each recipe once per backward (``_memory_recipes``);
+- every other tensor autograd saves is remembered (weakly, with its version) as a *kept root*: an
+  allowlisted function of kept roots (and recipes) is derived like the others, so what an RMSNorm
+  computes elementwise from its kept input (its normalised rows, its scaled output that the next
+  layers save, autocast's bfloat16 copy of that) is recomputed instead of kept beside the input.
+  Holding a root costs nothing: autograd keeps it anyway.
 
-Nothing else is recomputed (no block is checkpointed, no attention or norm). Anything off the
-allowlist is kept as without the mode. A tensor changed in place after its registration is kept.
+No block is checkpointed; attention and reductions (a norm's mean) are not recomputed. Anything
+off the allowlist is kept as without the mode. A tensor changed in place after its registration is kept.
 Between the forward and the backward, a kept tensor or a constant a recipe reads that is changed
 in place makes the backward raise (for a constant, where plain autograd, which does not save it,
 would not); a recomputed tensor changed in place after it was saved is rebuilt as the forward saw
@@ -36,13 +41,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Iterator, Optional
 
 import torch
 from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from sketchcore.torch.ops._memory_recipes import Kept, LayerRecipe, Packed, Recipe
+from sketchcore.torch.ops._memory_recipes import Kept, KeptRecipe, LayerRecipe, Packed, Recipe
 from sketchcore.torch.ops._memory_trace import DeriveRecipes
 
 _state = threading.local()
@@ -65,12 +71,38 @@ def active() -> bool:
 def recipe_of(t: Tensor) -> Optional[Recipe]:
     """The recipe that recomputes `t` (a view of a registered storage, unchanged since), or None."""
     recipes = getattr(_state, "recipes", None)
-    if not recipes or t.layout != torch.strided:
+    if recipes is None or t.layout != torch.strided:
         return None
-    entry: Optional[_Entry] = recipes.get(StorageWeakRef(t.untyped_storage()))  # type: ignore[no-untyped-call]
-    if entry is None or entry.version != t._version or entry.recipe.dtype != t.dtype:
+    key = StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
+    entry: Optional[_Entry] = recipes.get(key)
+    if entry is None:
+        return _kept_root(key, t)
+    if entry.version != t._version or entry.recipe.dtype != t.dtype:
         return None
     return entry.recipe
+
+
+def _kept_root(key: Any, t: Tensor) -> Optional[Recipe]:
+    """A recipe returning the saved tensor that owns `t`'s storage, if one is kept, unchanged."""
+    found = getattr(_state, "kept", {}).get(key)
+    if found is None:
+        return None
+    ref, version = found
+    owner: Optional[Tensor] = ref()
+    if owner is None or owner._version != version or t._version != version or owner.dtype != t.dtype:
+        return None
+    return KeptRecipe(owner)
+
+
+def _remember_kept(t: Tensor) -> None:
+    """Records a saved tensor that owns its storage (weakly: the registry must not keep it alive)."""
+    kept = getattr(_state, "kept", None)
+    if kept is not None and t._base is None and t.storage_offset() == 0 and t.layout == torch.strided:
+        if len(kept) >= getattr(_state, "prune_kept_at", _PRUNE_FROM):
+            for key in [key for key in kept if key.expired()]:
+                del kept[key]
+            _state.prune_kept_at = max(_PRUNE_FROM, 2 * len(kept))
+        kept[StorageWeakRef(t.untyped_storage())] = (weakref.ref(t), t._version)  # type: ignore[no-untyped-call]
 
 
 def register_recipe(out: Tensor, recipe: Recipe) -> None:
@@ -113,6 +145,7 @@ def _pack(t: Tensor) -> Any:
     recipe = recipe_of(t)
     if recipe is None or not recipe.intact():
         kept = Kept(t)
+        _remember_kept(t)
         fresh = getattr(_state, "fresh", None)
         if fresh is not None:  # saved inside a watched call: perhaps its output, registered next
             fresh.append(kept)
@@ -142,10 +175,11 @@ def held_tensors(packed: Any) -> list[Tensor]:
 @contextlib.contextmanager
 def low_rank_activations() -> Iterator[None]:
     """Runs the forward passes inside it in the memory mode (see the module): the outputs of
-    ``LowRankLinear`` layers, and the tensors computed from them by elementwise and shape
-    functions (activations, products, sums, the rotary embedding, views, concatenations), that
-    autograd saves are recomputed in the backward from the layers' rank-wide intermediates
-    instead of being kept. Gradients are those of the plain forward up to float rounding.
+    ``LowRankLinear`` layers, and the tensors computed from them (or from tensors autograd keeps
+    anyway, such as a norm's input) by elementwise and shape functions (activations, products,
+    sums, casts, the rotary embedding, views, concatenations), that autograd saves are recomputed
+    in the backward from the layers' rank-wide intermediates and the kept tensors instead of
+    being kept. Gradients are those of the plain forward up to float rounding.
 
     Yields
     ------
@@ -171,11 +205,11 @@ def low_rank_activations() -> Iterator[None]:
     >>> down.S.grad.shape
     torch.Size([256, 16])
     """
-    previous = getattr(_state, "recipes", None)
-    _state.recipes, _state.prune_at = {}, _PRUNE_FROM
+    previous = getattr(_state, "recipes", None), getattr(_state, "kept", None)
+    _state.recipes, _state.prune_at, _state.kept, _state.prune_kept_at = {}, _PRUNE_FROM, {}, _PRUNE_FROM
     try:
         with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), \
                 DeriveRecipes(recipe_of, register_recipe, _state):
             yield
     finally:
-        _state.recipes = previous
+        _state.recipes, _state.kept = previous

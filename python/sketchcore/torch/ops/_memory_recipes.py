@@ -115,6 +115,20 @@ class LayerRecipe(Recipe):
         return TORCH_ACTIVATIONS[self.activation](y)
 
 
+class KeptRecipe(Recipe):
+    """A tensor autograd keeps anyway (saved by some node, unchanged since), as the root of derived
+    recipes: holding it costs nothing that is not held already, and what is computed from it
+    elementwise (a norm's normalised rows and its scaled output, autocast's copy of a layer's
+    input) need not be kept beside it."""
+
+    def __init__(self, t: Tensor) -> None:
+        super().__init__(t, [t], [])
+        self.tensor = t
+
+    def _compute(self) -> Tensor:
+        return self.tensor
+
+
 class View:
     """An argument of a derived recipe: a view of another recipe's storage."""
 
