@@ -20,8 +20,10 @@
 #if SKETCHCORE_INT8_X86
 
 #include <cpuid.h>
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include <chrono>
 #include <cstring>
@@ -129,10 +131,14 @@ SKETCHCORE_AMX_TARGET void amx_rows(std::int64_t rows, std::int64_t steps, const
 }
 
 bool amx_permitted() noexcept {
+#if defined(__linux__)
   // Linux hands out the 8 KiB tile state only on request, once per process (ARCH_REQ_XCOMP_PERM
   // = 0x1023 for XFEATURE_XTILEDATA = 18); without it the first tile instruction faults.
   static const bool permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   return permitted;
+#else
+  return false;  // other systems: not tried here
+#endif
 }
 
 }  // namespace
