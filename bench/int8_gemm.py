@@ -14,9 +14,11 @@ the ratios torch_dyn/int8 and f32/int8 per round (median [min, max]), and the in
 multiply-adds per second as a fraction of the peak: wall clock on all threads, and per second of
 thread CPU time on one thread (what the kernels achieve while they run, whatever the load).
 
-The peak: ``sketchcore._int8.int8_peak_macs_per_second`` runs VPDPBUSD on 24 independent
-accumulators held in registers (no loads) on one thread; the machine's peak is that loop run on
-every thread at once (Python threads; the loop releases the GIL), summed, median of 5 runs.
+The peak: ``sketchcore._int8.int8_peak_macs_per_second`` runs the family's multiply-add
+instruction on operands held in registers (no loads) on one thread: VPDPBUSD on 24 independent
+accumulators (AVX-512 VNNI), or TDPBUSD on 4 tiles (AMX); the machine's peak is that loop run on
+every thread at once (Python threads; the loop releases the GIL), summed, median of 5 runs. With
+the AMX family the table gives the int8 call's fraction of both the AMX and the AVX-512 VNNI peak.
 Results go to stdout as Markdown (and JSON with --json).
 """
 from __future__ import annotations
@@ -63,12 +65,18 @@ SHAPES = [  # (rows, d_in, rank, d_out)
 ]
 
 
-def cpu_time_peak(isa: str, iterations: int = 20_000_000) -> float:
+# Multiply-adds per iteration of each family's register loop, and iterations of about 0.2 s.
+PEAK_MACS_PER_ITERATION = {"amx": 4 * 16 * 16 * 64, "avx512_vnni": 24 * 64, "avx_vnni": 12 * 32}
+PEAK_ITERATIONS = {"amx": 2_000_000, "avx512_vnni": 20_000_000, "avx_vnni": 20_000_000}
+
+
+def cpu_time_peak(isa: str) -> float:
     """The register loop's multiply-adds per second of the calling thread's CPU time (robust to
     other processes taking the core: time.thread_time does not count while it is descheduled)."""
+    iterations = PEAK_ITERATIONS[isa]
     start = time.thread_time()
     _int8.int8_peak_macs_per_second(isa, iterations)
-    return iterations * 24 * 64 / (time.thread_time() - start)
+    return iterations * PEAK_MACS_PER_ITERATION[isa] / (time.thread_time() - start)
 
 
 def cpu_time_rate(call, macs: int, seconds: float = 0.5) -> float:
@@ -86,8 +94,9 @@ def cpu_time_rate(call, macs: int, seconds: float = 0.5) -> float:
         sketchcore.set_num_threads(threads)
 
 
-def peak_macs(isa: str, threads: int, iterations: int = 20_000_000) -> tuple[float, float]:
+def peak_macs(isa: str, threads: int) -> tuple[float, float]:
     """(one thread, all threads together) int8 multiply-adds per second of the register loop."""
+    iterations = PEAK_ITERATIONS[isa]
     single = statistics.median(_int8.int8_peak_macs_per_second(isa, iterations) for _ in range(5))
     totals = []
     for _ in range(5):
@@ -157,23 +166,48 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
             "relative_error_vs_float64_unquantized": errors}
 
 
+def peak_of(isa: str, threads: int) -> dict:
+    one, together = peak_macs(isa, threads)
+    return {"isa": isa, "one_thread": one, "all_threads": together,
+            "cpu_time": statistics.median(cpu_time_peak(isa) for _ in range(5))}
+
+
+def peak_line(peak: dict, threads: int) -> str:
+    instruction = "TDPBUSD tile" if peak["isa"] == "amx" else "VPDPBUSD register"
+    return (f"Peak ({instruction} loop, `{peak['isa']}`): {peak['one_thread'] / 1e9:.1f} G int8 MAC/s on one thread, "
+            f"{peak['all_threads'] / 1e9:.1f} G MAC/s on {threads} threads together "
+            f"({2 * peak['all_threads'] / 1e9:.0f} GOPS); per second of thread CPU time (not counting time "
+            f"descheduled by other processes): {peak['cpu_time'] / 1e9:.1f} G MAC/s.")
+
+
+def fractions(r: dict, peak: dict | None) -> str:
+    """The int8 call's wall-clock and one-thread CPU-time fractions of `peak` (two cells)."""
+    if peak is None:
+        return " | "
+    return (f"{r['int8_macs_per_second'] / peak['all_threads']:.2f} | "
+            f"{r['int8_macs_per_cpu_second_one_thread'] / peak['cpu_time']:.2f}")
+
+
 def markdown(report: dict) -> str:
-    peak = report["peak"]
+    peak, vnni = report["peak"], report.get("vnni_peak")
+    header = "| rows | d_in → r → d_out | int8 µs (min–max) | f32 µs | torch dyn-int8 µs | torch_dyn/int8 | f32/int8 | int8 / peak | 1-thread CPU-time / peak |"
+    rule = "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    if vnni:
+        header += " int8 / VNNI peak | 1-thread CPU-time / VNNI peak |"
+        rule += "---:|---:|"
     lines = [
         f"# int8 sketched GEMM, {report['machine']}",
         "",
         f"int8 kernels: `{report['isa']}`; threads: {report['threads']} (sketchcore and torch); "
         f"load average at start: {report['load_average']}; rounds: {report['rounds']}.",
-        f"Peak (VPDPBUSD register loop, `{peak['isa']}`): {peak['one_thread'] / 1e9:.1f} G int8 MAC/s on one thread, "
-        f"{peak['all_threads'] / 1e9:.1f} G MAC/s on {report['threads']} threads together "
-        f"({2 * peak['all_threads'] / 1e9:.0f} GOPS); per second of thread CPU time (not counting time "
-        f"descheduled by other processes): {peak['cpu_time'] / 1e9:.1f} G MAC/s.",
+        peak_line(peak, report["threads"]) if peak["isa"] else "Peak: none (this family has no dot-product instruction).",
+        *([peak_line(vnni, report["threads"])] if vnni else []),
         "`int8 / peak` = the int8 call's MAC/s (wall clock, all threads) over the all-threads peak; "
         "`1-thread CPU-time / peak` = its MAC/s per second of CPU time on one thread over the "
         "CPU-time peak (the load-independent measure of the kernels' efficiency).",
         "",
-        "| rows | d_in → r → d_out | int8 µs (min–max) | f32 µs | torch dyn-int8 µs | torch_dyn/int8 | f32/int8 | int8 / peak | 1-thread CPU-time / peak | rel. err int8 / torch_dyn |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        header + " rel. err int8 / torch_dyn |",
+        rule + "---:|",
     ]
     for r in report["results"]:
         s, q = r["seconds"], r["ratios"]
@@ -186,8 +220,8 @@ def markdown(report: dict) -> str:
             f"({s['int8']['min'] * 1e6:.1f}–{s['int8']['max'] * 1e6:.1f}) | {us('f32')} | {us('torch_dyn')} | "
             f"{q['torch_dyn/int8']['median']:.2f} [{q['torch_dyn/int8']['min']:.2f}, {q['torch_dyn/int8']['max']:.2f}] | "
             f"{q['f32/int8']['median']:.2f} [{q['f32/int8']['min']:.2f}, {q['f32/int8']['max']:.2f}] | "
-            f"{r['int8_macs_per_second'] / peak['all_threads']:.2f} | "
-            f"{r['int8_macs_per_cpu_second_one_thread'] / peak['cpu_time']:.2f} | "
+            f"{fractions(r, peak if peak['isa'] else None)} | "
+            + (f"{fractions(r, vnni)} | " if vnni else "") +
             f"{r['relative_error_vs_float64_unquantized']['int8']:.4f} / "
             f"{r['relative_error_vs_float64_unquantized']['torch_dyn']:.4f} |")
     return "\n".join(lines)
@@ -203,9 +237,10 @@ def main() -> None:
     sketchcore.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     isa = _int8.int8_gemm_isa()
-    peak_isa = isa if isa in ("avx512_vnni", "avx_vnni") else None
-    one, together = peak_macs(peak_isa, args.threads) if peak_isa else (float("nan"), float("nan"))
-    cpu_peak = statistics.median(cpu_time_peak(peak_isa) for _ in range(5)) if peak_isa else float("nan")
+    peak_isa = isa if isa in PEAK_MACS_PER_ITERATION else None
+    nan = float("nan")
+    peak = peak_of(peak_isa, args.threads) if peak_isa else {"isa": None, "one_thread": nan, "all_threads": nan,
+                                                              "cpu_time": nan}
     rng = np.random.default_rng(0)
     shapes, rounds = (SHAPES[:2], 3) if args.quick else (SHAPES, args.rounds)
     report = {
@@ -213,7 +248,8 @@ def main() -> None:
         "isa": isa, "threads": args.threads, "rounds": rounds,
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine,
-        "peak": {"isa": peak_isa, "one_thread": one, "all_threads": together, "cpu_time": cpu_peak},
+        "peak": peak,
+        "vnni_peak": peak_of("avx512_vnni", args.threads) if isa == "amx" else None,
         "results": [bench_shape(*shape, rounds, rng) for shape in shapes],
     }
     report["load_average_end"] = [round(v, 2) for v in os.getloadavg()]

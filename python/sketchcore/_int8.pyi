@@ -6,7 +6,7 @@ import numpy.typing as npt
 # Results are arrays of x's framework: NumPy in, NumPy out; torch in, torch out.
 ArrayT = TypeVar("ArrayT")
 Activation = Literal["none", "relu", "gelu", "gelu_tanh", "silu"]
-Int8Isa = Literal["avx512_vnni", "avx_vnni", "avx2", "portable"]
+Int8Isa = Literal["amx", "avx512_vnni", "avx_vnni", "avx2", "portable"]
 
 class Int8Factor:
     def __init__(self, q: Any, scale: Any) -> None: ...

@@ -212,8 +212,9 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     row symmetrically (row scale ``max|row| / 127``, values ``row * (127 / max|row|)`` in float32
     rounded half to even and clipped to [-127, 127]; an all-zero row gives zeros), the products
     accumulate exactly in int32, and ``deq`` multiplies by the row scale times the factor's column scale. σ is
-    ``inner_activation``. The int8 kernels are AVX-512 VNNI, AVX-VNNI or AVX2 ones, the best
-    this CPU has (``SKETCHCORE_INT8_ISA`` caps the choice).
+    ``inner_activation``. The int8 kernels are AMX-INT8 (tiles of 16 rows; calls of fewer than 8
+    rows take the AVX-512 VNNI kernel), AVX-512 VNNI, AVX-VNNI or AVX2 ones, the best this CPU has
+    (``SKETCHCORE_INT8_ISA`` caps the choice).
 
     Parameters
     ----------
@@ -295,7 +296,7 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
 
 
 def int8_gemm_isa():
-    """The int8 kernel family this process runs: "avx512_vnni", "avx_vnni", "avx2" or "portable"."""
+    """The int8 kernel family this process runs: "amx", "avx512_vnni", "avx_vnni", "avx2" or "portable"."""
     return core.int8_gemm_isa().decode()
 
 
@@ -310,9 +311,10 @@ def int8_gemm_isa_supported(str name):
 
 
 def int8_peak_macs_per_second(str name, int64_t iterations=10_000_000):
-    """Single-thread int8 multiply-adds per second of a register-only VPDPBUSD loop of the
-    family ``name`` ("avx512_vnni" or "avx_vnni"; 0 for the others): the peak the int8 GEMM
-    is measured against."""
+    """Single-thread int8 multiply-adds per second of a register-only loop of the family
+    ``name``: TDPBUSD on tiles ("amx", 4 per iteration), VPDPBUSD on vectors ("avx512_vnni",
+    24 per iteration; "avx_vnni", 12); 0 for the others. The peak the int8 GEMM is measured
+    against."""
     cdef string n = name.encode()
     cdef double result
     with nogil:

@@ -57,10 +57,10 @@ void check_epilogue(const Epilogue& e) {
 
 detail::Int8Isa parse_isa(const std::string& name) {
   for (auto isa : {detail::Int8Isa::portable, detail::Int8Isa::avx2, detail::Int8Isa::avx_vnni,
-                   detail::Int8Isa::avx512_vnni}) {
+                   detail::Int8Isa::avx512_vnni, detail::Int8Isa::amx}) {
     if (name == detail::int8_isa_name(isa)) return isa;
   }
-  detail::fail<std::invalid_argument>("set_int8_gemm_isa", "name", "one of 'avx512_vnni', 'avx_vnni', 'avx2', 'portable'",
+  detail::fail<std::invalid_argument>("set_int8_gemm_isa", "name", "one of 'amx', 'avx512_vnni', 'avx_vnni', 'avx2', 'portable'",
                                       "'" + name + "'");
 }
 
@@ -131,6 +131,7 @@ double int8_peak_macs_per_second(const std::string& name, std::int64_t iteration
                                         "'" + name + "' (not supported here)");
   }
 #if SKETCHCORE_INT8_X86
+  if (isa == detail::Int8Isa::amx) return detail::int8_peak_amx(iterations);
   if (isa == detail::Int8Isa::avx512_vnni) return detail::int8_peak_avx512_vnni(iterations);
   if (isa == detail::Int8Isa::avx_vnni) return detail::int8_peak_avx_vnni(iterations);
 #endif

@@ -12,7 +12,7 @@ import sketchcore
 from _reference import ACTIVATIONS, activate, dequantized, q8_rows, quantized_reference
 from sketchcore import _int8
 
-ISAS = [isa for isa in ("avx512_vnni", "avx_vnni", "avx2", "portable") if _int8.int8_gemm_isa_supported(isa)]
+ISAS = [isa for isa in ("amx", "avx512_vnni", "avx_vnni", "avx2", "portable") if _int8.int8_gemm_isa_supported(isa)]
 
 
 @pytest.fixture(params=ISAS)

@@ -87,7 +87,7 @@ TEST(Int8Matmul, EveryKernelFamilyMatchesTheQuantizedReference) {
   std::mt19937 gen(7);
   std::normal_distribution<float> normal;
   const std::string before = sc::int8_gemm_isa();
-  for (const char* isa : {"avx512_vnni", "avx_vnni", "avx2", "portable"}) {
+  for (const char* isa : {"amx", "avx512_vnni", "avx_vnni", "avx2", "portable"}) {
     if (!sc::int8_gemm_isa_supported(isa)) continue;
     sc::set_int8_gemm_isa(isa);
     for (std::int64_t rows : {1, 5, 6, 7, 13, 50}) {

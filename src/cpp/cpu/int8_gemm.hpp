@@ -1,6 +1,7 @@
 // The int8 GEMMs of int8_sketched_matmul (include/sketchcore/int8_matmul.hpp) on the CPU:
 // the packed factor layout, the per-row activation quantization, the register kernels of each
-// instruction set (cpu/int8_kernels_avx512.cpp, cpu/int8_kernels_avx2.cpp, portable here) and the
+// instruction set (cpu/int8_kernels_amx.cpp, cpu/int8_kernels_avx512.cpp, cpu/int8_kernels_avx2.cpp,
+// portable here) and the
 // driver that tiles a product over sketchcore's workers (cpu/int8_gemm.cpp).
 //
 // Layout of a packed k × n factor: panels of kPanelCols = 64 columns; in a panel, group g of
@@ -8,7 +9,7 @@
 // vector load gives 16 columns × 4 rows, what VPDPBUSD multiplies against four consecutive
 // activations broadcast to every lane. Rows past k and columns past n are zero.
 //
-// VPDPBUSD multiplies unsigned by signed bytes, so the VNNI kernels take the activations as
+// VPDPBUSD (and AMX's TDPBUSD) multiplies unsigned by signed bytes, so the VNNI and AMX kernels take the activations as
 // a + 128 (unsigned) and subtract 128 · Σ_i q[i][j] (column_offsets) from each sum; the AVX2 and
 // portable kernels take them signed. Every sum is exact in int32 (|Σ| ≤ 255·127·k < 2^31 for
 // k < 66,000; the core refuses larger k).
@@ -42,9 +43,9 @@ constexpr std::int64_t kInt8GroupBytes = 4 * kInt8PanelCols;
 /// The largest inner dimension whose int32 sums cannot overflow (see above).
 constexpr std::int64_t kInt8MaxInner = 65536;
 
-enum class Int8Isa { portable, avx2, avx_vnni, avx512_vnni };
+enum class Int8Isa { portable, avx2, avx_vnni, avx512_vnni, amx };
 
-/// Quantized rows of activations: row i at data + i·stride (stride = 4·groups bytes), each
+/// Quantized rows of activations: row i at data + i·stride (stride = int8_rows_stride(groups)), each
 /// value q + 128 when `offset` (VNNI kernels) else q; scale[i] its row scale.
 struct Int8Rows {
   const std::uint8_t* data;
@@ -66,7 +67,7 @@ Int8Isa active_int8_isa() noexcept;
 void set_active_int8_isa(Int8Isa isa) noexcept;
 /// Whether the family takes its activations as q + 128.
 inline bool int8_isa_offsets_activations(Int8Isa isa) noexcept {
-  return isa == Int8Isa::avx_vnni || isa == Int8Isa::avx512_vnni;
+  return isa == Int8Isa::avx_vnni || isa == Int8Isa::avx512_vnni || isa == Int8Isa::amx;
 }
 
 /// The tile kernels of each family.
@@ -80,11 +81,21 @@ void int8_tile_avx_vnni(std::int64_t rows, std::int64_t groups, const std::uint8
                     const std::int8_t* panel, std::int32_t* acc, bool first);
 void int8_tile_avx512_vnni(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
                     const std::int8_t* panel, std::int32_t* acc, bool first);
+/// The AMX-INT8 kernel (cpu/int8_kernels_amx.cpp): loads this thread's tile configuration when
+/// it needs another; int8_amx_release frees the tiles (called at the end of each worker's chunk).
+void int8_tile_amx(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
+                   const std::int8_t* panel, std::int32_t* acc, bool first);
+void int8_amx_release() noexcept;
+/// AMX-INT8 in the CPU (CPUID), AVX-512 VNNI beside it (tails), and the process granted the
+/// tile state by Linux (arch_prctl, asked once per process).
+bool int8_amx_supported() noexcept;
 /// Quantizes one contiguous row as quantize_rows_int8 does (AVX-512); returns its scale.
 float quantize_row_avx512(const float* x, std::int64_t cols, std::int64_t padded, bool offset, std::uint8_t* dst);
 /// The peak loops (int8 multiply-adds per second on the calling thread).
 double int8_peak_avx512_vnni(std::int64_t iterations);
 double int8_peak_avx_vnni(std::int64_t iterations);
+/// Four TDPBUSD per iteration on tiles held in registers.
+double int8_peak_amx(std::int64_t iterations);
 #else
 #define SKETCHCORE_INT8_X86 0
 #endif
@@ -93,14 +104,22 @@ double int8_peak_avx_vnni(std::int64_t iterations);
 /// 2^64 for a maximum below 2^-64 (where 127 / max would overflow for the smallest ones), else 1.
 inline float int8_tiny_row_boost(float max_abs) noexcept { return max_abs < 0x1p-64f ? 0x1p64f : 1.0f; }
 
+/// The row stride (bytes) of quantized activations for a factor of `groups` four-row groups:
+/// 4·groups, plus 64 when that is a multiple of 256 (rows a power of two apart fall in the same
+/// few L1 sets, which the 16-row AMX tile loads and the VNNI kernels' row sweeps would thrash).
+inline std::int64_t int8_rows_stride(std::int64_t groups) noexcept {
+  const std::int64_t bytes = 4 * groups;
+  return bytes >= 256 && bytes % 256 == 0 ? bytes + 64 : bytes;
+}
+
 /// Quantizes `rows` rows of float32: row scale s = max|x|/127, q = clip(round_half_even(x · (127/max|x|)),
 /// ±127) in float32 (0 for an all-zero row, a NaN scale for a row with a non-finite value); (row i at x + row_offset(i), `col_stride` apart, `cols`
-/// values) into `dst` (stride 4·⌈cols/4⌉ bytes, padding zero) and row scales, on the workers.
+/// values) into `dst` (rows `dst_stride` ≥ 4·⌈cols/4⌉ bytes apart, 4·⌈cols/4⌉ written, padding zero) and row scales, on the workers.
 /// row_offsets null means row i at x + i·row_stride.
 /// `isa` picks the vector code (the results are the same bits for every family).
 void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::int64_t row_stride,
                         std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
-                        float* scale, float scale_factor = 1.0f);
+                        std::int64_t dst_stride, float* scale, float scale_factor = 1.0f);
 
 /// C (rows × b.cols, row stride ldc) = act(deq(a · b) + bias) with the family `isa`, tiled
 /// over the workers; `bias` contiguous (b.cols values) or null.

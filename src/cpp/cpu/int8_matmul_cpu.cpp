@@ -65,11 +65,11 @@ void cpu_int8_sketched_matmul(const Int8MatmulProblem& p) {
   const RowMatrix xm = as_row_matrix(p.x);
   std::vector<std::int64_t> offsets;
   if (!xm.row_stride && p.rows > 1) offsets = row_offsets(p.x, p.rows);
-  const std::int64_t x_stride = 4 * S.groups;
-  Scratch<std::uint8_t> xq(p.rows * x_stride);  // pooled and uninitialised: every byte is written
+  const std::int64_t x_stride = int8_rows_stride(S.groups);
+  Scratch<std::uint8_t> xq(p.rows * x_stride);  // pooled and uninitialised: every byte read is written
   Scratch<float> x_scale(p.rows);
   quantize_rows_int8(static_cast<const float*>(p.x.data()), offsets.empty() ? nullptr : offsets.data(),
-                     xm.row_stride.value_or(0), xm.col_stride, p.rows, p.d_in, isa, xq.data(), x_scale.data());
+                     xm.row_stride.value_or(0), xm.col_stride, p.rows, p.d_in, isa, xq.data(), x_stride, x_scale.data());
 
   // Z = σ(deq(xq · S)), rows × rank.
   Scratch<float> z(p.rows * p.rank);
@@ -77,10 +77,10 @@ void cpu_int8_sketched_matmul(const Int8MatmulProblem& p) {
             p.epilogue.inner_activation, isa);
 
   // Z → int8 rows, the epilogue's scale folded into the row scales; out = act(deq(zq · U) + bias).
-  const std::int64_t z_stride = 4 * U.groups;
+  const std::int64_t z_stride = int8_rows_stride(U.groups);
   Scratch<std::uint8_t> zq(p.rows * z_stride);
   Scratch<float> z_scale(p.rows);
-  quantize_rows_int8(z.data(), nullptr, p.rank, 1, p.rows, p.rank, isa, zq.data(), z_scale.data(),
+  quantize_rows_int8(z.data(), nullptr, p.rank, 1, p.rows, p.rank, isa, zq.data(), z_stride, z_scale.data(),
                      static_cast<float>(p.epilogue.scale));
   int8_gemm({zq.data(), z_stride, z_scale.data(), offset}, p.rows, U, out, p.out_row_stride, bias,
             p.epilogue.activation, isa);

@@ -89,10 +89,12 @@ SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const
 SKETCHCORE_API void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U,
                                          const TensorView& out, const Epilogue& epilogue = {});
 
-/// The int8 kernel families of the CPU, in order of preference: AVX-512 VNNI (VPDPBUSD on
+/// The int8 kernel families of the CPU, in order of preference: AMX-INT8 (TDPBUSD on 16-row
+/// tiles, the same int32 sums as AVX-512 VNNI; needs the tile state granted by Linux, asked once
+/// per process; calls of fewer than 8 rows run the AVX-512 VNNI kernel), AVX-512 VNNI (VPDPBUSD on
 /// 512-bit vectors), AVX-VNNI (the same on 256-bit vectors), AVX2 (VPMADDUBSW on signed
 /// operands made safe from saturation) and portable C++.
-/// @return the name of the family the int8 calls of this process run: "avx512_vnni",
+/// @return the name of the family the int8 calls of this process run: "amx", "avx512_vnni",
 ///         "avx_vnni", "avx2" or "portable" (the best this CPU has, capped by the environment
 ///         variable SKETCHCORE_INT8_ISA with one of those names, read once)
 SKETCHCORE_API std::string int8_gemm_isa();
@@ -106,10 +108,10 @@ SKETCHCORE_API void set_int8_gemm_isa(const std::string& name);
 /// @throws std::invalid_argument for an unknown name
 SKETCHCORE_API bool int8_gemm_isa_supported(const std::string& name);
 
-/// Times `iterations` rounds of 24 (AVX-512) or 12 (AVX-VNNI) VPDPBUSD on independent accumulators in registers (asm:
-/// no loads, nothing the compiler can fold) on the calling thread and returns int8
-/// multiply-adds per second of wall-clock time (one VPDPBUSD on 512-bit vectors = 64 of them,
-/// on 256-bit vectors 32): the single-thread peak of the family `name` that the GEMM is
+/// Times `iterations` rounds of 4 TDPBUSD on tiles ("amx"), or of 24 (AVX-512) or 12 (AVX-VNNI) VPDPBUSD on
+/// independent accumulators in registers (asm: no loads, nothing the compiler can fold) on the calling thread and
+/// returns int8 multiply-adds per second of wall-clock time (one TDPBUSD = 16·16·64 of them, one VPDPBUSD on
+/// 512-bit vectors 64, on 256-bit vectors 32): the single-thread peak of the family `name` that the GEMM is
 /// measured against (bench/int8_gemm.py). Returns 0 for "avx2" and "portable", which have no
 /// dot-product instruction.
 /// @throws std::invalid_argument as set_int8_gemm_isa
