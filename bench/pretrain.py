@@ -52,8 +52,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"hidden": 64, "intermediate": 176, "layers": 1, "heads": 4, "length": 32, "batch": 4, "steps": 4,
               "eval_every": 2, "val_batches": 1, "corpus_bytes": 1_000_000, "lr": 3e-3, "device": "cpu",
               "timing_rounds": 2},
-    # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 1.02M tokens per row.
-    # 489 steps: the fewest with >= 1M tokens.
+    # Issue 47's CPU preset: hidden 384, 4 layers, rank 96 = d/4, 16 × 128 tokens a step, 489 steps (the
+    # fewest with >= 1M tokens: 1,001,472 per row).
     "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 489,
             "eval_every": 49, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu",
             "timing_rounds": 12,
@@ -129,7 +129,8 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
             "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
             "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
-            "peak_memory_mib": meter.peak() if meter is not None else None, "saved_activations_mib": activation_bytes / 2**20,
+            "peak_memory_mib": meter.peak() if meter is not None else None,
+            "saved_activations_mib": activation_bytes / 2**20,
             "final_val_loss": curve[-1]["val_loss"], "curve": curve, "_state": (model, optimizer, memory_mode)}
 
 
