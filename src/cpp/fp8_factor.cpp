@@ -73,6 +73,7 @@ Fp8Factor::~Fp8Factor() = default;
 Fp8Factor::Fp8Factor(Fp8Factor&&) noexcept = default;
 Fp8Factor& Fp8Factor::operator=(Fp8Factor&&) noexcept = default;
 
+bool Fp8Factor::valid() const noexcept { return storage_ != nullptr; }
 std::int64_t Fp8Factor::rows() const noexcept { return storage_ ? storage_->rows : 0; }
 std::int64_t Fp8Factor::cols() const noexcept { return storage_ ? storage_->cols : 0; }
 std::int64_t Fp8Factor::nbytes() const noexcept {
@@ -82,6 +83,7 @@ const float* Fp8Factor::scales() const noexcept { return storage_ ? storage_->sc
 const Fp8Factor::Storage& Fp8Factor::storage() const noexcept { return *storage_; }
 
 void Fp8Factor::unpack(std::uint8_t* codes) const noexcept {
+  if (!storage_) return;  // moved from: no values
   const Storage& s = *storage_;
   for (std::int64_t i = 0; i < s.rows; ++i) {
     for (std::int64_t j = 0; j < s.cols; ++j) codes[i * s.cols + j] = s.codes[static_cast<std::size_t>(j * s.k_pad + i)];

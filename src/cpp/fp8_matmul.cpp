@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "detail/backend.hpp"
 #include "detail/check.hpp"
@@ -52,6 +53,11 @@ void check_epilogue(const Epilogue& e, const TensorView& x, std::int64_t d_out) 
 
 std::vector<std::int64_t> fp8_sketched_matmul_output_shape(const TensorView& x, const Fp8Factor& S,
                                                            const Fp8Factor& U) {
+  for (const auto& [name, factor] : {std::pair<const char*, const Fp8Factor*>{"S", &S}, {"U", &U}}) {
+    if (!factor->valid()) {
+      detail::fail<std::invalid_argument>(kOp, name, "a factor holding values", "a moved-from Fp8Factor");
+    }
+  }
   if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
   if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
   if (x.size(-1) != S.rows()) {

@@ -108,6 +108,7 @@ Int8Factor& Int8Factor::operator=(Int8Factor&& other) noexcept {
   return *this;
 }
 
+bool Int8Factor::valid() const noexcept { return packed_ != nullptr; }
 std::int64_t Int8Factor::rows() const noexcept { return packed_ ? packed_->rows : 0; }
 std::int64_t Int8Factor::cols() const noexcept { return packed_ ? packed_->cols : 0; }
 std::int64_t Int8Factor::nbytes() const noexcept { return packed_ ? packed_->storage_bytes : 0; }
@@ -115,6 +116,7 @@ const float* Int8Factor::scales() const noexcept { return packed_ ? packed_->sca
 const Int8Factor::Packed& Int8Factor::packed() const noexcept { return *packed_; }
 
 void Int8Factor::unpack(std::int8_t* q) const noexcept {
+  if (!packed_) return;  // moved from: no values
   const Packed& p = *packed_;
   for (std::int64_t i = 0; i < p.rows; ++i) {
     for (std::int64_t j = 0; j < p.cols; ++j) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cpu/int8_gemm.hpp"
 #include "detail/backend.hpp"
@@ -68,6 +69,11 @@ detail::Int8Isa parse_isa(const std::string& name) {
 
 std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
                                                             const Int8Factor& U) {
+  for (const auto& [name, factor] : {std::pair<const char*, const Int8Factor*>{"S", &S}, {"U", &U}}) {
+    if (!factor->valid()) {
+      detail::fail<std::invalid_argument>(kOp, name, "a factor holding values", "a moved-from Int8Factor");
+    }
+  }
   if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
   if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
   if (x.size(-1) != S.rows()) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "detail/fp8_device.hpp"
@@ -84,6 +85,25 @@ TEST(Fp8Factor, RefusesNaNCodesAndBadScales) {
   const std::vector<float> negative{1.0f, -2.0f};
   EXPECT_THROW(sc::Fp8Factor(codes.data(), 2, 2, 2, 1, negative.data()), std::invalid_argument);
   EXPECT_THROW(sc::Fp8Factor(codes.data(), -1, 2, 2, 1, scale.data()), sc::shape_error);
+}
+
+TEST(Fp8Factor, AMovedFromFactorIsRefusedByName) {
+  std::vector<std::uint8_t> codes(4, 0x38);
+  const std::vector<float> scale{1.0f, 1.0f};
+  sc::Fp8Factor source(codes.data(), 2, 2, 2, 1, scale.data());
+  const sc::Fp8Factor taken(std::move(source));
+  EXPECT_TRUE(taken.valid());
+  EXPECT_FALSE(source.valid());  // NOLINT(bugprone-use-after-move): what this test is about
+  std::vector<std::uint8_t> back(4, 7);
+  source.unpack(back.data());  // writes nothing
+  EXPECT_EQ(back, std::vector<std::uint8_t>(4, 7));
+  std::vector<float> x(4), y(4);
+  try {
+    (void)sc::fp8_sketched_matmul_output_shape(sc::TensorView(x.data(), sc::DType::float32, {2, 2}), taken, source);
+    FAIL() << "a moved-from factor was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "fp8_sketched_matmul: U: expected a factor holding values, got a moved-from Fp8Factor");
+  }
 }
 
 TEST(Fp8Matmul, RefusesTheCpuAndChecksArgumentsBeforeAnyDevice) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sketchcore/errors.hpp"
@@ -124,6 +125,30 @@ TEST(Int8Matmul, FactorRoundTripsAndCountsItsBytes) {
   packed.unpack(back.data());
   EXPECT_EQ(back, f.q);
   EXPECT_EQ(std::vector<float>(packed.scales(), packed.scales() + 70), f.scale);
+}
+
+TEST(Int8Matmul, AMovedFromFactorIsRefusedByName) {
+  std::vector<std::int8_t> q{1, 2, 3, 4};
+  const std::vector<float> scale{1.0f, 2.0f};
+  sc::Int8Factor source(q.data(), 2, 2, 2, 1, scale.data());
+  const sc::Int8Factor taken(std::move(source));
+  EXPECT_TRUE(taken.valid());
+  EXPECT_FALSE(source.valid());  // NOLINT(bugprone-use-after-move): what this test is about
+  EXPECT_EQ(source.rows(), 0);
+  std::vector<std::int8_t> back(4, 7);
+  source.unpack(back.data());  // writes nothing
+  EXPECT_EQ(back, std::vector<std::int8_t>(4, 7));
+  std::vector<float> x(4), y(4);
+  for (const bool moved_is_s : {true, false}) {
+    try {
+      sc::int8_sketched_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 2}), moved_is_s ? source : taken,
+                               moved_is_s ? taken : source, sc::TensorView(y.data(), sc::DType::float32, {2, 2}));
+      FAIL() << "a moved-from factor was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("int8_sketched_matmul: ") + (moved_is_s ? "S" : "U") +
+                                           ": expected a factor holding values, got a moved-from Int8Factor");
+    }
+  }
 }
 
 TEST(Int8Matmul, ErrorsNameTheArgument) {

@@ -53,6 +53,9 @@ class SKETCHCORE_API Fp8Factor {
   Fp8Factor(const Fp8Factor&) = delete;              ///< not copyable (it owns device copies)
   Fp8Factor& operator=(const Fp8Factor&) = delete;   ///< not copyable
 
+  /// Whether the factor holds values: false only after it was moved from (every call given
+  /// such a factor throws std::invalid_argument naming it; rows() and cols() are then 0).
+  bool valid() const noexcept;
   /// Rows k (the inner dimension of the product it takes part in).
   std::int64_t rows() const noexcept;
   /// Columns n.

@@ -35,6 +35,9 @@ class SKETCHCORE_API Int8Factor {
   Int8Factor(const Int8Factor&) = delete;               ///< not copyable (it owns the packing)
   Int8Factor& operator=(const Int8Factor&) = delete;    ///< not copyable
 
+  /// Whether the factor holds values: false only after it was moved from (every call given
+  /// such a factor throws std::invalid_argument naming it; rows() and cols() are then 0).
+  bool valid() const noexcept;
   /// Rows k (the inner dimension of the product it takes part in).
   std::int64_t rows() const noexcept;
   /// Columns n.
