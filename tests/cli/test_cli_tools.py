@@ -109,9 +109,13 @@ def test_landscape_bad_arguments(args):
 def test_ctrl_c_stops_without_a_traceback():
     """SIGINT once the command says it is working (its first progress line on stderr), not after a
     fixed sleep: on a loaded machine the signal could land while Python was still importing."""
+    # SIGINT's default disposition restored for the child: a shell without job control starts a
+    # background job (`.ci/run ... &`) with SIGINT ignored, which the child would inherit, and a
+    # Python started with SIGINT ignored installs no KeyboardInterrupt handler.
     process = subprocess.Popen([sys.executable, "-m", "sketchcore", "landscape", "--in", "1024", "--batch", "1024",
                                 "--terms", "1", "2", "4", "8", "--ranks", "64", "128", "--repeats", "10"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True)
     reader.start()
