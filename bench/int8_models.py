@@ -8,6 +8,9 @@ conversion (CPU, float32: torch's dynamic quantization runs there only):
 - ``pairs int8``: the same factors written as two ``nn.Linear`` each (x S, then · U), then
   torch's int8 on everything — what a user gets from torch alone with our factors.
 
+On a CUDA device (``device_quantized_twins``) the low-rank model with int8 and fp8 factors is
+compared with its bf16 self instead (torch's dynamic int8 runs on the CPU only).
+
 ``inference_rows`` measures models side by side: perplexity, bytes, inference time in rounds."""
 from __future__ import annotations
 
@@ -20,9 +23,13 @@ import torch
 from torch import nn
 
 from meters import model_bytes
+import sketchcore
 from sketchcore.torch import LowRankLinear, quantize_
 
 INT8_MODELS = ("torch int8", "lowrank int8", "pairs int8")
+#: Every model with quantized layers: inference only, and not traced by torch.compile (the
+#: quantized layers call sketchcore directly).
+QUANTIZED_MODELS = (*INT8_MODELS, "lowrank fp8")
 
 
 def torch_int8(model: nn.Module) -> nn.Module:
@@ -64,6 +71,26 @@ def int8_twins(dense: nn.Module, lowrank: nn.Module) -> dict[str, nn.Module]:
     """The three int8 models, in eval mode."""
     return {"torch int8": torch_int8(dense).eval(), "lowrank int8": lowrank_int8(lowrank).eval(),
             "pairs int8": pairs_int8(lowrank).eval()}
+
+
+def device_quantized_twins(lowrank: nn.Module, device: torch.device) -> dict[str, nn.Module]:
+    """On a CUDA device: copies of the low-rank model (already there) with int8 and, on compute
+    capability 8.9 or newer, fp8 factors, the dense rest left as it is — each only where its gated
+    path is open (``SKETCHCORE_CUDA_UNVERIFIED``); an empty dict elsewhere."""
+    if device.type != "cuda":
+        return {}
+    twins = {}
+    configs = [("int8", "cuda_int8_factors")]
+    if torch.cuda.get_device_capability(device) >= (8, 9):
+        configs.append(("fp8", "cuda_fp8_factors"))
+    for config, gate in configs:
+        if sketchcore.gated_path_enabled(gate):
+            # factors quantized from float32; the dense rest back in the model's dtype (bf16) — the
+            # quantized layers keep their codes and float32 scales through .to(dtype)
+            dtype = next(lowrank.parameters()).dtype
+            quantized = quantize_(copy.deepcopy(lowrank).cpu().float(), config)
+            twins[f"lowrank {config}"] = quantized.to(device=device, dtype=dtype).eval()
+    return twins
 
 
 def inference_rows(models: dict[str, nn.Module], perplexity: Callable[[nn.Module], float],

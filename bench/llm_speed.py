@@ -50,10 +50,10 @@ from typing import Any, Callable
 import torch
 
 import sketchcore
-from sketchcore.torch import Int8LowRankLinear, LowRankLinear, SKLinear, sketch_model
+from sketchcore.torch import Fp8LowRankLinear, Int8LowRankLinear, LowRankLinear, SKLinear, sketch_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from int8_models import INT8_MODELS, int8_twins  # noqa: E402
+from int8_models import QUANTIZED_MODELS, device_quantized_twins, int8_twins  # noqa: E402
 from meters import PeakMemory, ModuleSplit, embedding_bytes, model_bytes, static_cache  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -98,6 +98,7 @@ def build_models(p: dict[str, Any], device: torch.device, dtype: torch.dtype) ->
         models[name] = model.to(device=device, dtype=dtype)
     if p["int8"] and device.type == "cpu" and dtype == torch.float32:  # torch's dynamic int8 is CPU float32 only
         models.update(int8_twins(models["dense"], models["lowrank"]))
+    models.update(device_quantized_twins(models["lowrank"], device))  # int8 / fp8 factors on a GPU, where open
     build_models.reports = reports  # type: ignore[attr-defined]
     return models
 
@@ -232,7 +233,8 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
                                "embedding_bytes": {name: embedding_bytes(model) for name, model in models.items()}}
     if p.get("sizes_only"):
         return results
-    trainable = {name: model for name, model in models.items() if name not in INT8_MODELS}
+    trainable = {name: model for name, model in models.items() if name not in QUANTIZED_MODELS}
+    traceable = trainable  # the quantized layers call sketchcore directly: eager phases only
     for name, report in build_models.reports.items():  # type: ignore[attr-defined]
         results["conversion"][name] = {"ranks": sorted({row.rank for row in report.values()}),
                                        "linear_params_before": sum(r.params_before for r in report.values()),
@@ -242,14 +244,14 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     prompt_ids = ids(*p["prefill"])
     phases["prefill eager"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, False)) for n, m in models.items()}
     if p["compile"]:
-        phases["prefill compiled"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, True)) for n, m in models.items()}
+        phases["prefill compiled"] = {n: (lambda m=m: prefill_fn(m, prompt_ids, True)) for n, m in traceable.items()}
     for batch in p["decode_batches"]:
         prompt = ids(batch, p["prompt"])
         phases[f"decode b{batch} eager"] = {n: (lambda m=m, q=prompt: decode_session(m, q, p["new_tokens"], False))
                                             for n, m in models.items()}
         if p["graphs"]:
             phases[f"decode b{batch} graphs"] = {n: (lambda m=m, q=prompt: decode_session(m, q, p["new_tokens"], True))
-                                                 for n, m in models.items()}
+                                                 for n, m in traceable.items()}
     for name, makers in phases.items():
         seconds = alternate(makers, device, p["rounds"], calls)
         results["phases"][name] = ratios_of(seconds)
@@ -282,7 +284,8 @@ def run(p: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         results["memory"][name] = row
 
     for name, model in models.items():
-        split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear, Int8LowRankLinear))
+        split = ModuleSplit(model, device, sketched=(LowRankLinear, SKLinear, Int8LowRankLinear,
+                                                               Fp8LowRankLinear))
         steps = 4  # a decode step's split: 4 steps after a prefill that is not recorded, over 4
         prefill, decode_steps = decode_session(model, ids(1, p["prompt"]), steps, False)
         decoded = split.measure(decode_steps, setup=prefill)
@@ -355,8 +358,8 @@ def head_to_head(rows: dict[str, Any], ours: str, peer: str) -> tuple[float, flo
 def int8_summary(results: dict[str, Any]) -> list[str]:
     """Issue 49's targets, as ratios in this run: our int8 model against torch's int8 (≥ 1.5×) and the
     torch-alone pairs (≥ 1×) per phase, and the model bytes against torch int8's (≤ 0.4)."""
-    if "lowrank int8" not in results["model_bytes"]:
-        return []
+    if "torch int8" not in results["model_bytes"]:
+        return device_quantized_summary(results)
     lines = ["", "int8, head to head (peer time / lowrank int8 time, median [min, max] over rounds; issue 49's "
              "targets: ≥ 1.5× torch int8, ≥ 1× pairs int8):", ""]
     for phase, rows in results["phases"].items():
@@ -369,6 +372,22 @@ def int8_summary(results: dict[str, Any]) -> list[str]:
     read = {name: sizes[name] - tables[name] for name in sizes}
     lines.append(f"- model bytes: lowrank int8 / torch int8 = **{sizes['lowrank int8'] / sizes['torch int8']:.2f}**, "
                  f"without the embedding table **{read['lowrank int8'] / read['torch int8']:.2f}** (target ≤ 0.4)")
+    return lines
+
+
+def device_quantized_summary(results: dict[str, Any]) -> list[str]:
+    """On a GPU: the low-rank model with int8 / fp8 factors against itself in bf16 per eager phase
+    (issue 49's target: ≥ 1.3×), where those rows ran (their gated paths open)."""
+    quantized = [name for name in ("lowrank int8", "lowrank fp8") if name in results["model_bytes"]]
+    if not quantized:
+        return []
+    lines = ["", "8-bit factors on the device (lowrank time / quantized time, median [min, max] over rounds; "
+             "issue 49's target: ≥ 1.3×):", ""]
+    for phase, rows in results["phases"].items():
+        if "lowrank" in rows and any(name in rows for name in quantized):
+            cells = [f"{name} **{m:.2f}×** [{lo:.2f}, {hi:.2f}]" for name in quantized if name in rows
+                     for m, lo, hi in [head_to_head(rows, name, "lowrank")]]
+            lines.append(f"- {phase}: " + "; ".join(cells))
     return lines
 
 

@@ -227,7 +227,8 @@ bench() {
   return $rc
 }
 
-llm() {  # issue 38: the LLaMA-shaped model, dense vs compressed, prefill/train/decode (eager and graphs)
+llm() {  # issue 38: the LLaMA-shaped model, dense vs compressed, prefill/train/decode (eager and graphs);
+  # issue 49: with GATE=1 also the low-rank model with int8 and fp8 factors (eager phases)
   "$python" bench/llm_speed.py --preset gpu --rounds 3 --out "$out/llm-speed-$date_tag"
 }
 

@@ -172,3 +172,21 @@ def test_zero_and_non_finite_rows_and_reused_factors():
         assert torch.equal(y[1], bias)  # an all-zero row gives zeros, then the bias
         assert torch.isnan(y[2]).all() and torch.isnan(y[3]).all()
         check(y[:1], x[:1], S, U, bias, "none", "none")
+
+
+@needs_fp8
+def test_the_torch_layer_matches_the_quantized_reference_and_the_gate_decides():
+    """Fp8LowRankLinear on the device: its packed factors through the reference above; closed
+    gate: refused by name."""
+    from sketchcore.torch import Fp8LowRankLinear, LowRankLinear
+    torch.manual_seed(6)
+    base = LowRankLinear(96, 80, 24, inner_activation="silu", activation="gelu").eval()
+    layer = Fp8LowRankLinear.from_float(base).cuda()
+    x = torch.randn(3, 7, 96, device="cuda")
+    with torch.no_grad():
+        y = layer(x)
+        with sketchcore.gated_path("cuda_fp8_factors", False), pytest.raises(RuntimeError, match="cuda_fp8_factors"):
+            layer(x)
+    assert y.device.type == "cuda" and y.shape == (3, 7, 80) and y.dtype == torch.float32
+    S, U = layer._factors()
+    check(y.reshape(21, 80), x.reshape(21, 96), S, U, layer.bias, "gelu", "silu")

@@ -1,7 +1,8 @@
 """PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
 drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution; ``RandMultiHeadAttention`` / ``make_performer``,
 its Performer attention (``performer_attention``, the differentiable kernel underneath);
-``LowRankLinear``; ``Int8LowRankLinear`` and ``quantize_`` (int8 factors for CPU inference); and model compression
+``LowRankLinear``; ``Int8LowRankLinear``, ``Fp8LowRankLinear`` and ``quantize_`` (int8 factors for CPU
+inference, fp8 factors for CUDA); and model compression
 (``sketch_model``, ``restore_model``, ``register_linear``) with near-optimal conversions, from the
 weights' SVD or data-aware (calibration inputs).
 
@@ -20,6 +21,7 @@ from sketchcore.torch.layers._conv import SKConv2d, sketched_conv2d
 from sketchcore.torch.layers._derived_weight import DerivedWeight
 from sketchcore.torch.compress._convert import ConversionReport, LayerReport, register_linear, restore_model, sketch_model
 from sketchcore.torch.ops._functional import sketched_linear, sklinear
+from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.ops._memory_mode import low_rank_activations
@@ -28,7 +30,7 @@ from sketchcore.torch.ops._performer import performer_attention
 from sketchcore.torch.compress._quantize import quantize_
 from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "DerivedWeight", "Int8LowRankLinear", "LayerReport", "LowRankLinear",
+__all__ = ["ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "Int8LowRankLinear", "LayerReport", "LowRankLinear",
            "RandMultiHeadAttention", "SKConv2d", "SKLinear", "low_rank_activations", "make_performer",
            "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
            "sketched_linear", "sklinear"]

@@ -44,7 +44,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
                  tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
-                 quantize: Optional[Literal["int8"]] = None, **kwargs: Any) -> ConversionReport:
+                 quantize: Optional[Literal["int8", "fp8"]] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
     ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
@@ -98,7 +98,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
 
     Quantization: ``quantize="int8"`` ends the conversion with :func:`quantize_` — every new
     LowRankLinear/SKLinear becomes an :class:`Int8LowRankLinear` (int8 factors, inference on
-    the CPU; the report's rows say ``quantize="int8"``). Layers kept dense stay ``nn.Linear``:
+    the CPU; the report's rows say ``quantize="int8"``); ``quantize="fp8"`` makes
+    :class:`Fp8LowRankLinear` layers (e4m3 factors, inference on CUDA only, behind the gated path
+    ``cuda_fp8_factors``). Layers kept dense stay ``nn.Linear``:
     ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)`` quantizes
     them and leaves sketchcore's layers alone.
 
@@ -144,7 +146,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     tied : {"keep", "untie"}
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
-    quantize : {"int8"}, optional
+    quantize : {"int8", "fp8"}, optional
         Quantize the new low-rank layers (:func:`quantize_`); None keeps them float.
     **kwargs
         Passed to the new layers (``activation``, ``dropout``).
@@ -220,7 +222,7 @@ def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]
     if not report.replaced:
         _warn_nothing_replaced(report, plan)
     if plan.quantize is not None:  # after calibration: the report's errors are the float layers'
-        for name in quantize_layers(model, only=set(report.replaced)):
+        for name in quantize_layers(model, only=set(report.replaced), config=plan.quantize):
             report.replaced[name].quantize = plan.quantize
     return report
 

@@ -1,5 +1,5 @@
-"""``quantize_``: int8 factors for the low-rank layers of an already converted model, in place
-(torchao's naming). Dense layers are torch's to quantize."""
+"""``quantize_``: int8 (CPU and CUDA) or fp8 (CUDA) factors for the low-rank layers of an already
+converted model, in place (torchao's naming). Dense layers are torch's to quantize."""
 from __future__ import annotations
 
 import warnings
@@ -8,12 +8,16 @@ from typing import Collection, Optional, TypeVar
 from torch import nn
 
 from sketchcore.torch.compress._surgery import set_module
+from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
 from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 
 #: The configurations ``quantize_`` and ``sketch_model(quantize=...)`` know.
-QUANTIZE_CONFIGS = ("int8",)
+QUANTIZE_CONFIGS = ("int8", "fp8")
+#: The layer class of each configuration.
+QUANTIZED_LAYERS: dict[str, type[QuantizedLowRankLinear]] = {"int8": Int8LowRankLinear, "fp8": Fp8LowRankLinear}
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -24,17 +28,18 @@ def check_quantize_config(config: object, where: str) -> None:
         raise ValueError(f"{where}: expected one of {QUANTIZE_CONFIGS}, got {config!r}")
 
 
-def quantize_layers(model: nn.Module, only: Optional[Collection[str]] = None) -> list[str]:
+def quantize_layers(model: nn.Module, only: Optional[Collection[str]] = None, config: str = "int8") -> list[str]:
     """Replaces every LowRankLinear and SKLinear of ``model`` (those named in ``only`` when
-    given) by its Int8LowRankLinear; returns the qualified names replaced (a layer registered
-    under several names is quantized once and put at all of them)."""
-    done: dict[int, Int8LowRankLinear] = {}
+    given) by its quantized layer of ``config`` (a known one); returns the qualified names replaced
+    (a layer registered under several names is quantized once and put at all of them)."""
+    layer_type = QUANTIZED_LAYERS[config]
+    done: dict[int, QuantizedLowRankLinear] = {}
     names = []
     for name, module in list(model.named_modules(remove_duplicate=False)):
         if not name or not isinstance(module, (LowRankLinear, SKLinear)) or (only is not None and name not in only):
             continue
         if id(module) not in done:
-            done[id(module)] = Int8LowRankLinear.from_float(module)
+            done[id(module)] = layer_type._from_float(module)
         set_module(model, name, done[id(module)])
         names.append(name)
     return names
@@ -43,7 +48,10 @@ def quantize_layers(model: nn.Module, only: Optional[Collection[str]] = None) ->
 def quantize_(model: ModuleT, config: str = "int8") -> ModuleT:
     """Quantizes, in place, the low-rank layers of a model converted by ``sketch_model``:
     each :class:`LowRankLinear` and :class:`SKLinear` becomes an :class:`Int8LowRankLinear`
-    (int8 factors with per-column scales, inference on the CPU). Returns ``model``.
+    (``"int8"``: int8 factors with per-column scales, inference on the CPU, or on CUDA behind the
+    gated path ``cuda_int8_factors``) or an :class:`Fp8LowRankLinear` (``"fp8"``: e4m3 factors,
+    inference on CUDA devices of compute capability 8.9 or newer, behind ``cuda_fp8_factors``).
+    Returns ``model``; the new layers are on the CPU (move the model with ``.to(device)``).
 
     Dense ``nn.Linear`` layers (an excluded ``lm_head``, say) are left alone: torch quantizes
     them, and its recipe leaves sketchcore's layers alone in turn::
@@ -57,8 +65,8 @@ def quantize_(model: ModuleT, config: str = "int8") -> ModuleT:
     ----------
     model : nn.Module
         A model holding LowRankLinear or SKLinear layers (not one such layer itself: use
-        :meth:`Int8LowRankLinear.from_float`).
-    config : {"int8"}
+        :meth:`Int8LowRankLinear.from_float` or :meth:`Fp8LowRankLinear.from_float`).
+    config : {"int8", "fp8"}
 
     Returns
     -------
@@ -87,15 +95,16 @@ def quantize_(model: ModuleT, config: str = "int8") -> ModuleT:
     Int8LowRankLinear(in_features=64, out_features=64, rank=8, bias=True, activation='none', quantize='int8')
     >>> quantize_(model, "int4")
     Traceback (most recent call last):
-    ValueError: quantize_: config: expected one of ('int8',), got 'int4'
+    ValueError: quantize_: config: expected one of ('int8', 'fp8'), got 'int4'
     """
     check_quantize_config(config, "quantize_: config")
     if not isinstance(model, nn.Module):
         raise TypeError(f"quantize_: model: expected a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, (LowRankLinear, SKLinear)):
         raise TypeError(f"quantize_: model: expected a model holding low-rank layers, got a {type(model).__name__} "
-                        "itself (it cannot be replaced in place): use Int8LowRankLinear.from_float(layer)")
-    if not quantize_layers(model):
+                        "itself (it cannot be replaced in place): use Int8LowRankLinear.from_float(layer) or "
+                        "Fp8LowRankLinear.from_float(layer)")
+    if not quantize_layers(model, config=config):
         warnings.warn("quantize_: the model holds no LowRankLinear or SKLinear layer to quantize (convert it with "
                       "sketch_model first; torch's quantize_dynamic quantizes nn.Linear)", UserWarning, stacklevel=2)
     return model

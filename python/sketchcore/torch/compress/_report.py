@@ -31,8 +31,8 @@ class LayerReport:
     inner_activation : str
         The new LowRankLinear's bottleneck activation ("none" for a linear layer).
     quantize : str
-        ``"int8"`` when the new layer was quantized (``sketch_model(quantize="int8")``: an
-        Int8LowRankLinear holding the factors in int8), else ``"none"``.
+        ``"int8"`` or ``"fp8"`` when the new layer was quantized (``sketch_model(quantize=...)``: an
+        Int8LowRankLinear or Fp8LowRankLinear holding the factors in 8 bits), else ``"none"``.
 
     Raises
     ------
@@ -73,7 +73,7 @@ class LayerReport:
     output_error: Optional[float] = None
     #: σ of a LowRankLinear(inner_activation=...) built for pretraining; "none" otherwise
     inner_activation: str = "none"
-    #: "int8" when the new layer holds int8 factors (an Int8LowRankLinear); "none" otherwise
+    #: "int8" or "fp8" when the new layer holds 8-bit factors (Int8/Fp8LowRankLinear); "none" otherwise
     quantize: str = "none"
 
     @classmethod

@@ -12,7 +12,9 @@ from torch import nn
 from sketchcore.torch.compress._surgery import no_fused_encoders, set_module
 from sketchcore.torch.layers._attention import RandMultiHeadAttention
 from sketchcore.torch.layers._conv import SKConv2d
+from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
+from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -20,7 +22,8 @@ from sketchcore.torch.layers._sklinear import SKLinear
 __all__ = ["restore_model"]
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
-           "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear}
+           "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear,
+           "Fp8LowRankLinear": Fp8LowRankLinear}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -78,8 +81,8 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
         new = _empty_layer(cls, config, placement)
-        if isinstance(new, Int8LowRankLinear):
-            new.train(old.training)  # float layers start in training mode; an int8 one keeps the model's mode
+        if isinstance(new, QuantizedLowRankLinear):
+            new.train(old.training)  # float layers start in training mode; a quantized one keeps the model's mode
         set_module(model, name, new)
     no_fused_encoders(model)
     model.load_state_dict(state_dict, strict=strict)
@@ -98,10 +101,11 @@ def _empty_layer(cls: type, config: dict[str, Any], placement: dict[str, Any]) -
         return SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
                         tuple(config["stride"]), tuple(config["padding"]), config["bias"], config["num_terms"],
                         config["low_rank"], dilation=tuple(config["dilation"]), **placement)
-    if cls is Int8LowRankLinear:  # the saved int8 factors, as they are (no dense weight)
-        return Int8LowRankLinear(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
-                                 activation=config["activation"], inner_activation=config.get("inner_activation"),
-                                 device=placement.get("device"))
+    if cls in (Int8LowRankLinear, Fp8LowRankLinear):  # the saved 8-bit factors, as they are (no dense weight)
+        layer: nn.Module = cls(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
+                               activation=config["activation"], inner_activation=config.get("inner_activation"),
+                               device=placement.get("device"))
+        return layer
     if cls is SKLinear:
         new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
                        bias=config["bias"], activation=config["activation"], dropout=config["dropout"],
