@@ -64,6 +64,10 @@ SKETCHCORE_AMX_TARGET void configure(int top, int bottom) {
     config.rows[t] = static_cast<std::uint8_t>(rows[t]);
     config.colsb[t] = kTileBytes;
   }
+  // GCC's _tile_loadconfig tells the compiler it reads only the first bytes of its operand, so
+  // without this barrier the row and column fields may be left unstored (seen once the function
+  // was inlined into a template: LDTILECFG then faults on a zero column count).
+  __asm__ volatile("" : : "r"(&config) : "memory");
   _tile_loadconfig(&config);
   loaded_config = key;
 }
