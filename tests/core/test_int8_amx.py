@@ -91,12 +91,14 @@ def test_concurrent_calls_of_different_row_counts_keep_their_tile_configurations
 
 @needs_amx
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows,d_in", [(450, 4108), (200, 1040), (129, 4096)])
+@pytest.mark.parametrize("rows,d_in", [(450, 4108), (700, 4100), (129, 4096)])
 def test_amx_row_bands_and_whole_inner_dimension_match_avx512_vnni(rng, threads, rows, d_in):
-    # Large inner dimensions: the AMX tiles walk bands of rows (the last one shorter) panel by
-    # panel, each 32 × 32 block of sums over every group at once, plus a tail of groups (4108, 1040).
+    # A first factor over 1 MiB packed: the AMX tiles walk bands of 192 rows (the last one
+    # shorter; one band at 129 rows) panel by panel, each 32 × 32 block of sums over every group
+    # at once, plus a tail of groups past the last multiple of 16 (4108, 4100).
     x = rng.standard_normal((rows, d_in)).astype(np.float32)
-    S, U = factor(rng, d_in, 70), factor(rng, 70, 69)
+    S, U = factor(rng, d_in, 300), factor(rng, 300, 69)
+    assert S.nbytes > 1 << 20
     bias = rng.standard_normal(69).astype(np.float32)
     before = sketchcore.get_num_threads()
     sketchcore.set_num_threads(threads)

@@ -37,11 +37,12 @@ constexpr std::int64_t kMinParallelMacs = std::int64_t{1} << 18;
 /// registers from the first group to the last (blocks of 64 groups, each loading and storing the
 /// sums, measured 1–12 % slower on Sapphire Rapids, one thread, 512 × 4096 → 1024 → 4096).
 constexpr std::int64_t kAmxTileRows = 64;
-/// The AMX tiles are walked in bands of rows whose quantized activations fit in this many bytes
-/// (half of Sapphire Rapids' 2 MiB L2, the rest for the panel): within a band, panel by panel,
-/// every row block of the band against one panel, so the panel is read from memory once per
-/// band and the band's rows come from L2 (row blocks outermost read the whole factor once per
-/// 64 rows).
+/// A packed factor larger than this is walked by the AMX tiles in bands of rows whose quantized
+/// activations fit in this many bytes (half of Sapphire Rapids' 2 MiB L2, the rest for the
+/// panel): within a band, panel by panel, every row block of the band against one panel, so the
+/// panel is read from memory once per band and the band's rows come from L2 (row blocks
+/// outermost read the whole factor once per 64 rows; for a factor that L2 holds they are faster:
+/// 0.9 of the bands' time at 512 × 1024 → 256 → 1024).
 constexpr std::int64_t kAmxBandBytes = std::int64_t{1} << 20;
 /// Fewer rows than this run the AVX-512 VNNI kernel instead (the same sums): a 16-row AMX tile
 /// mostly empty. Measured on Sapphire Rapids, one thread, 1024→256→1024 and 4096→1024→4096:
@@ -209,10 +210,12 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
   const std::int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
   const std::int64_t block_groups = amx ? std::max<std::int64_t>(b.groups, 1) : kBlockGroups;
   const std::int64_t row_blocks = (rows + tile_rows - 1) / tile_rows;
-  // Row blocks per band (see kAmxBandBytes); the VNNI kernels keep row blocks outermost (one band
-  // of one block: panel after panel of each row block).
+  // Row blocks per band (see kAmxBandBytes), for a factor larger than L2 can keep; otherwise (and
+  // for the VNNI kernels) row blocks outermost (one band of one block: panel after panel of each
+  // row block), whose output is written row block by row block.
+  const bool banded = amx && b.panels * b.groups * kInt8GroupBytes > kAmxBandBytes;
   const std::int64_t band_blocks =
-      amx ? std::clamp<std::int64_t>(kAmxBandBytes / (tile_rows * std::max<std::int64_t>(a.stride, 1)), 1, row_blocks)
+      banded ? std::clamp<std::int64_t>(kAmxBandBytes / (tile_rows * std::max<std::int64_t>(a.stride, 1)), 1, row_blocks)
           : 1;
   const std::int64_t tiles = row_blocks * b.panels;
   const std::int64_t macs_per_tile =
