@@ -19,6 +19,12 @@ instruction on operands held in registers (no loads) on one thread: VPDPBUSD on 
 accumulators (AVX-512 VNNI), or TDPBUSD on 4 tiles (AMX); the machine's peak is that loop run on
 every thread at once (Python threads; the loop releases the GIL), summed, median of 5 runs. With
 the AMX family the table gives the int8 call's fraction of both the AMX and the AVX-512 VNNI peak.
+
+The GEMMs alone: ``sketchcore._int8._gemm_for_bench`` (a private hook) times each of the call's two
+products by itself on the same data, round by round beside the others: activations quantized
+beforehand (untimed), int32 sums dequantized to float32 (timed); the second product on the first
+one's output. Their MAC/s over the peak is what the GEMM kernels reach; the rest of the call is
+quantizing x, requantizing the intermediate and the output's allocation.
 Results go to stdout as Markdown (and JSON with --json).
 """
 from __future__ import annotations
@@ -150,10 +156,15 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
     with torch.inference_mode():
         for call in calls.values():  # warm-up: packing, threads, caches
             timed(call, 3)
-        times: dict[str, list[float]] = {name: [] for name in calls}
+        z, _ = _int8._gemm_for_bench(x, S, 1)  # the second product's activations: the first one's output
+        gemms = {"gemm1": lambda: _int8._gemm_for_bench(x, S, repeats)[1],
+                 "gemm2": lambda: _int8._gemm_for_bench(z, U, repeats)[1]}
+        times: dict[str, list[float]] = {name: [] for name in (*calls, *gemms)}
         for _ in range(rounds):
             for name, call in calls.items():
                 times[name].append(timed(call, repeats))
+            for name, gemm in gemms.items():
+                times[name].append(statistics.median(gemm()))
         reference = (x.astype(np.float64) @ s_w) @ u_w
         errors = {name: float(np.linalg.norm(np.asarray(call()) - reference) / np.linalg.norm(reference))
                   for name, call in calls.items()}
@@ -162,6 +173,7 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
     return {"rows": rows, "d_in": d_in, "rank": rank, "d_out": d_out, "macs": macs, "repeats": repeats,
             "seconds": {name: summary(v) for name, v in times.items()}, "ratios": ratios,
             "int8_macs_per_second": macs / statistics.median(times["int8"]),
+            "gemms_alone_macs_per_second": macs / (statistics.median(times["gemm1"]) + statistics.median(times["gemm2"])),
             "int8_macs_per_cpu_second_one_thread": one_thread,
             "relative_error_vs_float64_unquantized": errors}
 
@@ -224,7 +236,25 @@ def markdown(report: dict) -> str:
             + (f"{fractions(r, vnni)} | " if vnni else "") +
             f"{r['relative_error_vs_float64_unquantized']['int8']:.4f} / "
             f"{r['relative_error_vs_float64_unquantized']['torch_dyn']:.4f} |")
+    if peak["isa"]:
+        lines += gemms_alone(report)
     return "\n".join(lines)
+
+
+def gemms_alone(report: dict) -> list[str]:
+    """The table of the two GEMMs timed alone, as fractions of the all-threads peak."""
+    peak = report["peak"]["all_threads"]
+    lines = ["", f"The GEMMs alone (`_int8._gemm_for_bench`, median µs over rounds; peak as above, "
+             f"`{report['peak']['isa']}`, {peak / 1e9:.1f} G MAC/s):", "",
+             "| rows | d_in → r → d_out | GEMM 1 µs | GEMM 2 µs | GEMMs / call time | GEMMs alone / peak | call / peak |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in report["results"]:
+        s = r["seconds"]
+        gemm1, gemm2, call = s["gemm1"]["median"], s["gemm2"]["median"], s["int8"]["median"]
+        lines.append(f"| {r['rows']} | {r['d_in']} → {r['rank']} → {r['d_out']} | {gemm1 * 1e6:.1f} | "
+                     f"{gemm2 * 1e6:.1f} | {(gemm1 + gemm2) / call:.2f} | "
+                     f"{r['gemms_alone_macs_per_second'] / peak:.2f} | {r['int8_macs_per_second'] / peak:.2f} |")
+    return lines
 
 
 def main() -> None:

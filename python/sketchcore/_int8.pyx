@@ -5,6 +5,7 @@ int8 factor, per-column weight quantization, and the product itself. x arrives t
 released; C++ errors come back as Python exceptions."""
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp.string cimport string
+from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_device
@@ -320,3 +321,23 @@ def int8_peak_macs_per_second(str name, int64_t iterations=10_000_000):
     with nogil:
         result = core.int8_peak_macs_per_second(n, iterations)
     return result
+
+
+def _gemm_for_bench(x, Int8Factor factor, int64_t repeats=1):
+    """Benchmark hook, private: the CPU int8 GEMM alone (one product of int8_sketched_matmul).
+    ``x`` (rows × factor rows, float32 numpy) is quantized once, untimed; then the GEMM with its
+    int32 → float32 dequantization runs ``repeats`` times. Returns (the float32 product, rows ×
+    factor columns; the wall-clock seconds of each run)."""
+    xa = numpy.ascontiguousarray(x, dtype=numpy.float32)
+    if xa.ndim != 2 or xa.shape[1] != factor.factor.rows():
+        raise ValueError(f"_gemm_for_bench: x: expected shape (rows, {factor.factor.rows()}), got {xa.shape}")
+    cdef int64_t rows = xa.shape[0], cols = factor.factor.cols()
+    out = numpy.empty((rows, cols), dtype=numpy.float32)
+    cdef const float[:, ::1] xv = xa
+    cdef float[:, ::1] ov = out
+    cdef const float* xp = &xv[0, 0] if xa.size > 0 else NULL
+    cdef float* op = &ov[0, 0] if out.size > 0 else NULL
+    cdef vector[double] seconds
+    with nogil:
+        seconds = core.int8_gemm_seconds_for_bench(xp, rows, factor.factor[0], op, repeats)
+    return out, list(seconds)

@@ -95,6 +95,8 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     void set_int8_gemm_isa(const string& name) except +raise_py_error
     cbool int8_gemm_isa_supported(const string& name) except +raise_py_error
     double int8_peak_macs_per_second(const string& name, int64_t iterations) except +raise_py_error
+    vector[double] int8_gemm_seconds_for_bench(const float* x, int64_t rows, const Int8Factor& factor, float* out,
+                                               int64_t repeats) except +raise_py_error nogil
 
     # fp8_matmul.hpp
     uint8_t float_to_e4m3(float value) nogil

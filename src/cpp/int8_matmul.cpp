@@ -2,6 +2,8 @@
 // backend of x's device; the choice of the CPU's int8 kernel family (cpu/int8_gemm.hpp).
 #include "sketchcore/int8_matmul.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -143,6 +145,31 @@ double int8_peak_macs_per_second(const std::string& name, std::int64_t iteration
 #endif
   (void)iterations;
   return 0.0;
+}
+
+}  // namespace sketchcore
+
+namespace sketchcore {
+
+std::vector<double> int8_gemm_seconds_for_bench(const float* x, std::int64_t rows, const Int8Factor& factor,
+                                                float* out, std::int64_t repeats) {
+  constexpr const char* kBench = "int8_gemm_seconds_for_bench";
+  if (rows < 0) detail::fail<std::invalid_argument>(kBench, "rows", "rows >= 0", std::to_string(rows));
+  if (repeats < 1) detail::fail<std::invalid_argument>(kBench, "repeats", "repeats >= 1", std::to_string(repeats));
+  const detail::Int8Isa isa = detail::active_int8_isa();
+  const Int8Factor::Packed& b = factor.packed();
+  const std::int64_t stride = detail::int8_rows_stride(b.groups);
+  std::vector<std::uint8_t> xq(static_cast<std::size_t>(std::max<std::int64_t>(rows * stride, 1)));
+  std::vector<float> scale(static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)));
+  detail::quantize_rows_int8(x, nullptr, b.rows, 1, rows, b.rows, isa, xq.data(), stride, scale.data());
+  const detail::Int8Rows a{xq.data(), stride, scale.data(), detail::int8_isa_offsets_activations(isa)};
+  std::vector<double> seconds;
+  for (std::int64_t r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    detail::int8_gemm(a, rows, b, out, b.cols, nullptr, Activation::none, isa);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return seconds;
 }
 
 }  // namespace sketchcore

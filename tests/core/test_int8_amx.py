@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sketchcore
-from _reference import quantized_reference
+from _reference import dequantized, q8_rows, quantized_reference
 from sketchcore import _int8
 
 HAS_AMX = _int8.int8_gemm_isa_supported("amx")
@@ -87,6 +87,60 @@ def test_concurrent_calls_of_different_row_counts_keep_their_tile_configurations
         _int8.set_int8_gemm_isa(before_isa)
     for i, y in enumerate(got):
         np.testing.assert_array_equal(y, expected[i % len(xs)])
+
+
+@needs_amx
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows,d_in", [(450, 4108), (700, 4100), (129, 4096)])
+def test_amx_row_bands_and_whole_inner_dimension_match_avx512_vnni(rng, threads, rows, d_in):
+    # A first factor over 1 MiB packed: the AMX tiles walk bands of 192 rows (the last one
+    # shorter; one band at 129 rows) panel by panel, each 32 × 32 block of sums over every group
+    # at once, plus a tail of groups past the last multiple of 16 (4108, 4100).
+    x = rng.standard_normal((rows, d_in)).astype(np.float32)
+    S, U = factor(rng, d_in, 300), factor(rng, 300, 69)
+    assert S.nbytes > 1 << 20
+    bias = rng.standard_normal(69).astype(np.float32)
+    before = sketchcore.get_num_threads()
+    sketchcore.set_num_threads(threads)
+    try:
+        amx, vnni = both_families(x, S, U, bias=bias, activation="gelu")
+    finally:
+        sketchcore.set_num_threads(before)
+    np.testing.assert_array_equal(amx, vnni)
+    ref = quantized_reference(x, S, U, bias, "gelu", "none")
+    np.testing.assert_allclose(amx, ref, rtol=2e-6, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("rows,k,n", [(1, 5, 3), (37, 300, 70), (300, 1040, 130)])
+def test_gemm_bench_hook_times_one_dequantized_product(rng, rows, k, n):
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    S = factor(rng, k, n)
+    out, seconds = _int8._gemm_for_bench(x, S, 3)
+    assert out.shape == (rows, n) and out.dtype == np.float32
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    qx, sx = q8_rows(x)
+    ref = dequantized(qx @ S.q.astype(np.int64), sx, S.scale)
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6 * np.abs(ref).max())
+    if HAS_AMX:
+        before = _int8.int8_gemm_isa()
+        try:
+            _int8.set_int8_gemm_isa("avx512_vnni")
+            vnni, _ = _int8._gemm_for_bench(x, S, 1)
+            _int8.set_int8_gemm_isa("amx")
+            amx, _ = _int8._gemm_for_bench(x, S, 1)
+        finally:
+            _int8.set_int8_gemm_isa(before)
+        np.testing.assert_array_equal(amx, vnni)
+
+
+def test_gemm_bench_hook_rejects_bad_arguments(rng):
+    S = factor(rng, 8, 4)
+    with pytest.raises(ValueError, match=r"_gemm_for_bench: x: expected shape \(rows, 8\), got \(3, 7\)"):
+        _int8._gemm_for_bench(np.zeros((3, 7), np.float32), S, 1)
+    with pytest.raises(ValueError, match=r"_gemm_for_bench: x: expected shape \(rows, 8\), got \(8,\)"):
+        _int8._gemm_for_bench(np.zeros(8, np.float32), S, 1)
+    with pytest.raises(ValueError, match=r"int8_gemm_seconds_for_bench: repeats: expected repeats >= 1, got 0"):
+        _int8._gemm_for_bench(np.zeros((3, 8), np.float32), S, 0)
 
 
 @needs_amx

@@ -1,7 +1,8 @@
 // The int8 sketched GEMM through the public API (include/sketchcore/int8_matmul.hpp): every kernel
 // family this CPU runs against a reference of the same quantized math (exact int64 sums, float32
 // dequantization as documented), with row counts and extents around the kernels' blocking
-// (6 rows, 64-column panels, 4-row groups), the factor's round trip, and the error paths.
+// (6 rows, 64-column panels, 4-row groups), the factor's round trip, the GEMM benchmark hook, and
+// the error paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -147,6 +149,40 @@ TEST(Int8Matmul, AMovedFromFactorIsRefusedByName) {
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()), std::string("int8_sketched_matmul: ") + (moved_is_s ? "S" : "U") +
                                            ": expected a factor holding values, got a moved-from Int8Factor");
+    }
+  }
+}
+
+TEST(Int8Matmul, GemmBenchHookTimesOneDequantizedProduct) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  const std::string before = sc::int8_gemm_isa();
+  const Factor S = random_factor(70, 130, gen);
+  const sc::Int8Factor s = pack(S);
+  for (const char* isa : {"amx", "avx512_vnni", "avx_vnni", "avx2", "portable"}) {
+    if (!sc::int8_gemm_isa_supported(isa)) continue;
+    sc::set_int8_gemm_isa(isa);
+    const std::int64_t rows = 37;
+    std::vector<float> x(static_cast<std::size_t>(rows * S.rows)), out(static_cast<std::size_t>(rows * S.cols), 0.0f);
+    for (auto& v : x) v = normal(gen);
+    const std::vector<double> seconds = sc::int8_gemm_seconds_for_bench(x.data(), rows, s, out.data(), 3);
+    EXPECT_EQ(seconds.size(), 3u) << isa;
+    for (double t : seconds) EXPECT_GE(t, 0.0) << isa;
+    const std::vector<float> ref = product(quantize_rows(x, rows, S.rows), rows, S);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], ref[i], 1e-5f * (1.0f + std::fabs(ref[i]))) << isa << " element " << i;
+    }
+  }
+  sc::set_int8_gemm_isa(before);
+  std::vector<float> x(70), out(130);
+  for (auto [rows, repeats, message] : {std::tuple<std::int64_t, std::int64_t, const char*>{
+                                            -1, 1, "int8_gemm_seconds_for_bench: rows: expected rows >= 0, got -1"},
+                                        {1, 0, "int8_gemm_seconds_for_bench: repeats: expected repeats >= 1, got 0"}}) {
+    try {
+      sc::int8_gemm_seconds_for_bench(x.data(), rows, s, out.data(), repeats);
+      FAIL() << message;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
 }

@@ -3,7 +3,9 @@
 //
 // Tiles are (up to kTileRows rows) × (one 64-column panel), row blocks outermost, so a worker's
 // contiguous chunk of tiles walks every panel of a row block while those rows stay in L2; the
-// inner dimension is blocked so that the panel's block stays in L1 (int32 sums kept per tile);
+// inner dimension is blocked so that the panel's block stays in L1 (int32 sums kept per tile).
+// The AMX tiles run the whole inner dimension at once (the sums stay in tile registers) and are
+// walked in bands of rows that fit in L2, panel by panel within a band (kAmxBandBytes);
 // a decode call (a few rows) splits the panels between the workers, each streaming its part of
 // the packed factor once.
 #include "cpu/int8_gemm.hpp"
@@ -30,11 +32,18 @@ constexpr std::int64_t kTileRows = 48;
 constexpr std::int64_t kBlockGroups = 64;
 /// Multiply-adds below which a chunk is not worth waking a worker for.
 constexpr std::int64_t kMinParallelMacs = std::int64_t{1} << 18;
-/// The AMX kernel's tiles: kAmxTileRows rows (two pairs of 16-row A tiles) × one panel, inner
-/// dimension in blocks of kAmxBlockGroups groups (tile rows 32–128 and blocks of 64–256 groups
-/// measured within noise of each other on Sapphire Rapids, one thread).
+/// The AMX kernel's tiles: kAmxTileRows rows (two pairs of 16-row A tiles) × one panel, over the
+/// whole inner dimension in one kernel call, so each 32 × 32 block of sums stays in the tile
+/// registers from the first group to the last (blocks of 64 groups, each loading and storing the
+/// sums, measured 1–12 % slower on Sapphire Rapids, one thread, 512 × 4096 → 1024 → 4096).
 constexpr std::int64_t kAmxTileRows = 64;
-constexpr std::int64_t kAmxBlockGroups = 64;
+/// A packed factor larger than this is walked by the AMX tiles in bands of rows whose quantized
+/// activations fit in this many bytes (half of Sapphire Rapids' 2 MiB L2, the rest for the
+/// panel): within a band, panel by panel, every row block of the band against one panel, so the
+/// panel is read from memory once per band and the band's rows come from L2 (row blocks
+/// outermost read the whole factor once per 64 rows; for a factor that L2 holds they are faster:
+/// 0.9 of the bands' time at 512 × 1024 → 256 → 1024).
+constexpr std::int64_t kAmxBandBytes = std::int64_t{1} << 20;
 /// Fewer rows than this run the AVX-512 VNNI kernel instead (the same sums): a 16-row AMX tile
 /// mostly empty. Measured on Sapphire Rapids, one thread, 1024→256→1024 and 4096→1024→4096:
 /// VNNI/AMX time 0.78 and 0.96 at 1 row, 1.00 and 0.99 at 4, 1.49 and 1.12 at 8, 1.87 and 1.57 at 16.
@@ -199,8 +208,15 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
   const Int8TileKernel kernel = kernel_of(isa);
   const bool amx = isa == Int8Isa::amx;
   const std::int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
-  const std::int64_t block_groups = amx ? kAmxBlockGroups : kBlockGroups;
+  const std::int64_t block_groups = amx ? std::max<std::int64_t>(b.groups, 1) : kBlockGroups;
   const std::int64_t row_blocks = (rows + tile_rows - 1) / tile_rows;
+  // Row blocks per band (see kAmxBandBytes), for a factor larger than L2 can keep; otherwise (and
+  // for the VNNI kernels) row blocks outermost (one band of one block: panel after panel of each
+  // row block), whose output is written row block by row block.
+  const bool banded = amx && b.panels * b.groups * kInt8GroupBytes > kAmxBandBytes;
+  const std::int64_t band_blocks =
+      banded ? std::clamp<std::int64_t>(kAmxBandBytes / (tile_rows * std::max<std::int64_t>(a.stride, 1)), 1, row_blocks)
+          : 1;
   const std::int64_t tiles = row_blocks * b.panels;
   const std::int64_t macs_per_tile =
       std::min(rows, tile_rows) * kInt8PanelCols * std::max<std::int64_t>(4 * b.groups, 1);
@@ -208,7 +224,9 @@ void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b
   parallel_for(tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
     alignas(64) std::int32_t acc[kMaxTileRows * kInt8PanelCols];
     for (std::int64_t t = t0; t < t1; ++t) {
-      const std::int64_t r0 = (t / b.panels) * tile_rows, p = t % b.panels;
+      const std::int64_t band = t / (band_blocks * b.panels), in_band = t % (band_blocks * b.panels);
+      const std::int64_t band_size = std::min(band_blocks, row_blocks - band * band_blocks);
+      const std::int64_t r0 = (band * band_blocks + in_band % band_size) * tile_rows, p = in_band / band_size;
       const std::int64_t nr = std::min(tile_rows, rows - r0);
       const std::int64_t j0 = p * kInt8PanelCols, nc = std::min(kInt8PanelCols, b.cols - j0);
       const std::int8_t* panel = b.values + p * b.groups * kInt8GroupBytes;

@@ -64,6 +64,10 @@ SKETCHCORE_AMX_TARGET void configure(int top, int bottom) {
     config.rows[t] = static_cast<std::uint8_t>(rows[t]);
     config.colsb[t] = kTileBytes;
   }
+  // GCC's _tile_loadconfig tells the compiler it reads only the first bytes of its operand, so
+  // without this barrier the row and column fields may be left unstored (seen once the function
+  // was inlined into a template: LDTILECFG then faults on a zero column count).
+  __asm__ volatile("" : : "r"(&config) : "memory");
   _tile_loadconfig(&config);
   loaded_config = key;
 }
@@ -74,7 +78,9 @@ template <bool kBottom>
 SKETCHCORE_AMX_TARGET void column_pair(std::int64_t steps, const std::uint8_t* a, std::int64_t lda,
                                        const std::int8_t* b, std::int32_t* acc, bool first) {
   std::int32_t* bottom = acc + 16 * kInt8PanelCols;
-  // The tile intrinsics are asm statements (one per statement).
+  // The tile intrinsics are asm statements (one per statement). GCC's TILELOADD declares no
+  // memory it reads, so this barrier keeps every store to acc, a and b before the loads below.
+  __asm__ volatile("" : : : "memory");
   if (first) {
     _tile_zero(0);
     _tile_zero(1);

@@ -120,4 +120,15 @@ SKETCHCORE_API bool int8_gemm_isa_supported(const std::string& name);
 /// @throws std::invalid_argument as set_int8_gemm_isa
 SKETCHCORE_API double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations);
 
+/// Benchmark hook, not part of the stable API: the CPU int8 GEMM alone, as one product of
+/// int8_sketched_matmul runs it. Quantizes the `rows` × factor.rows() row-major float32 rows `x`
+/// once (untimed) with the active family, then runs the GEMM out = deq(xq · factor) (int32 sums,
+/// dequantized to float32, no bias or activation; `out` rows × factor.cols(), row-major) `repeats`
+/// times on sketchcore's workers.
+/// @return the wall-clock seconds of each of the `repeats` GEMMs
+/// @throws std::invalid_argument for rows < 0 or repeats < 1
+SKETCHCORE_API std::vector<double> int8_gemm_seconds_for_bench(const float* x, std::int64_t rows,
+                                                               const Int8Factor& factor, float* out,
+                                                               std::int64_t repeats);
+
 }  // namespace sketchcore
