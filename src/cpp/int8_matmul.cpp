@@ -154,6 +154,7 @@ namespace sketchcore {
 std::vector<double> int8_gemm_seconds_for_bench(const float* x, std::int64_t rows, const Int8Factor& factor,
                                                 float* out, std::int64_t repeats) {
   constexpr const char* kBench = "int8_gemm_seconds_for_bench";
+  if (!factor.valid()) detail::fail<std::invalid_argument>(kBench, "factor", "a factor holding values", "a moved-from Int8Factor");
   if (rows < 0) detail::fail<std::invalid_argument>(kBench, "rows", "rows >= 0", std::to_string(rows));
   if (repeats < 1) detail::fail<std::invalid_argument>(kBench, "repeats", "repeats >= 1", std::to_string(repeats));
   const detail::Int8Isa isa = detail::active_int8_isa();

@@ -184,6 +184,14 @@ TEST(Int8Matmul, GemmBenchHookTimesOneDequantizedProduct) {
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
+  }  sc::Int8Factor source = pack(S);
+  const sc::Int8Factor taken(std::move(source));
+  try {
+    sc::int8_gemm_seconds_for_bench(x.data(), 1, source, out.data(), 1);  // NOLINT(bugprone-use-after-move)
+    FAIL() << "a moved-from factor was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("factor: expected a factor holding values, got a moved-from Int8Factor"),
+              std::string::npos) << e.what();
   }
 }
 

@@ -126,7 +126,7 @@ SKETCHCORE_API double int8_peak_macs_per_second(const std::string& name, std::in
 /// dequantized to float32, no bias or activation; `out` rows × factor.cols(), row-major) `repeats`
 /// times on sketchcore's workers.
 /// @return the wall-clock seconds of each of the `repeats` GEMMs
-/// @throws std::invalid_argument for rows < 0 or repeats < 1
+/// @throws std::invalid_argument for a moved-from factor, rows < 0 or repeats < 1
 SKETCHCORE_API std::vector<double> int8_gemm_seconds_for_bench(const float* x, std::int64_t rows,
                                                                const Int8Factor& factor, float* out,
                                                                std::int64_t repeats);
