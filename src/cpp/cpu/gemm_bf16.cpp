@@ -1,4 +1,6 @@
-// The bfloat16 GEMM of cpu/gemm_bf16.hpp, blocked the usual way (GotoBLAS): for each slab of
+// The bfloat16 GEMM of cpu/gemm_bf16.hpp: gemm_bf16 chooses the AMX kernel (cpu/gemm_bf16_amx.cpp)
+// where gemm_bf16_amx_enabled(), else the VDPBF16PS kernel here, blocked the usual way
+// (GotoBLAS): for each slab of
 // kKc inner indices and kNc columns, B is packed once into panels of kNr columns, then tiles of
 // kMc rows × kTileCols columns run on the workers, multiplying kMr rows of A at a time into C
 // with an 8 × 32 register kernel. Row-major A (x and dL/dy, the large operands of the sketched
