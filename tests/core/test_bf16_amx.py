@@ -73,22 +73,28 @@ def test_forward_at_tile_edges_is_the_float32_computation_rounded_once(rows, d_i
     assert_close(y, scale * a @ U64, abs(scale) * a_mag @ U64.abs(), d_in + r + 4, "y")
 
 
-@settings(max_examples=15, deadline=None)
-@given(rows=st.one_of(edges, st.integers(500, 530)), d_out=edges, r=edges, seed=st.integers(0, 2**31))
-def test_backward_at_tile_edges_is_the_float32_computation_rounded_once(rows, d_out, r, seed):
-    """Zᵀ·dL/dy (Zᵀ copied per task, the inner index over rows) and dL/dy·Upᵀ in the native GEMM."""
+@settings(max_examples=20, deadline=None)
+@given(rows=st.one_of(edges, st.integers(500, 530)), d_out=edges, r=edges, silu=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_backward_at_tile_edges_is_the_float32_computation_rounded_once(rows, d_out, r, silu, seed):
+    """Zᵀ·dL/dy (Zᵀ copied per task, the inner index over rows) and dL/dy·Upᵀ in the native GEMM;
+    with an inner SiLU only dL/dy·Upᵀ (then times σ′(Z)) is native, the rest float32."""
     gen = torch.Generator().manual_seed(seed)
     d_in = 40
     x, S, U = bf16(gen, rows, d_in), bf16(gen, d_in, r, scale=d_in ** -0.5), bf16(gen, r, d_out, scale=r ** -0.5)
     z = torch.empty(rows, r, dtype=torch.bfloat16)
-    sketchcore.sketched_matmul(x, S, U, intermediate=z)
+    inner = "silu" if silu else "none"
+    sketchcore.sketched_matmul(x, S, U, intermediate=z, inner_activation=inner)
     g = bf16(gen, rows, d_out)
-    dx, dS, dU, _ = sketchcore.sketched_matmul_backward(g, x, S, U, z, scale=0.5)
+    dx, dS, dU, _ = sketchcore.sketched_matmul_backward(g, x, S, U, z, scale=0.5, inner_activation=inner)
     x64, g64, z64, S64, U64 = x.double(), g.double(), z.double(), S.double(), U.double()
-    gu, gu_abs = g64 @ U64.T, g64.abs() @ U64.abs().T
-    assert_close(dx, 0.5 * gu @ S64.T, 0.5 * gu_abs @ S64.abs().T, d_out + r, "dx")
-    assert_close(dS, 0.5 * x64.T @ gu, 0.5 * x64.abs().T @ gu_abs, rows + d_out, "dS")
-    assert_close(dU, 0.5 * z64.T @ g64, 0.5 * z64.abs().T @ g64.abs(), rows, "dU")
+    a, slope = (z64 * torch.sigmoid(z64), torch.sigmoid(z64) * (1 + z64 * (1 - torch.sigmoid(z64)))) if silu else (
+        z64, torch.ones_like(z64))
+    # σ and σ′ in float32 (within a few ulp): bounds with |σ′| ≤ 1.1 and room for those ulp
+    d, d_abs = (g64 @ U64.T) * slope, 1.1 * (g64.abs() @ U64.abs().T)
+    assert_close(dx, 0.5 * d @ S64.T, 0.5 * d_abs @ S64.abs().T, d_out + r + 8, "dx")
+    assert_close(dS, 0.5 * x64.T @ d, 0.5 * x64.abs().T @ d_abs, rows + d_out + 8, "dS")
+    assert_close(dU, 0.5 * a.T @ g64, 0.5 * a.abs().T @ g64.abs(), rows + 8, "dU")
 
 
 CHILD = textwrap.dedent("""
