@@ -75,12 +75,12 @@ SKETCHCORE_AMX_BF16_TARGET void load_tile_config() {
 
 SKETCHCORE_AMX_BF16_TARGET void release_tiles() { _tile_release(); }
 
-/// sums (32 × 32 float32, row-major) = Σ over `steps` steps of 32 inner indices of the 32 rows
-/// of A at `a` (bfloat16, `lda` elements apart, row-major) times the B panel at `b` (16 pair
-/// rows of 32 columns per step). Tiles 0–3: C (top left, top right, bottom left, bottom right),
+/// sums (32 × 32 float32, rows `ld_sums` apart) = Σ over `steps` steps of 32 inner indices of
+/// the 32 rows of A at `a` (bfloat16, `lda` elements apart, row-major) times the B panel at `b`
+/// (16 pair rows of 32 columns per step). Tiles 0–3: C (top left, top right, bottom left, bottom right),
 /// 4–5: A (top, bottom), 6–7: B (left, right).
 SKETCHCORE_AMX_BF16_TARGET void multiply_block(std::int64_t steps, const std::uint16_t* a, std::int64_t lda,
-                                               const std::uint32_t* b, float* sums) {
+                                               const std::uint32_t* b, float* sums, std::int64_t ld_sums) {
   const std::int64_t a_stride = lda * 2, b_stride = kPanel * 4;
   const std::uint16_t* a_bottom = a + 16 * lda;
   _tile_zero(0);
@@ -98,10 +98,10 @@ SKETCHCORE_AMX_BF16_TARGET void multiply_block(std::int64_t steps, const std::ui
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, sums, kBlock * 4);
-  _tile_stored(1, sums + 16, kBlock * 4);
-  _tile_stored(2, sums + 16 * kBlock, kBlock * 4);
-  _tile_stored(3, sums + 16 * kBlock + 16, kBlock * 4);
+  _tile_stored(0, sums, ld_sums * 4);
+  _tile_stored(1, sums + 16, ld_sums * 4);
+  _tile_stored(2, sums + 16 * ld_sums, ld_sums * 4);
+  _tile_stored(3, sums + 16 * ld_sums + 16, ld_sums * 4);
 }
 
 /// The mask of the first `count` of 16 lanes (all for count ≥ 16, none for count ≤ 0).
@@ -177,8 +177,13 @@ void run_tasks(const Slab& s, const Bf16Operand& a, float* c, std::int64_t ldc, 
       const std::uint32_t* panel = s.b_packed + p * s.steps * kStepPairs * kPanel;
       const std::int64_t cols = std::min(kPanel, s.nb - p * kPanel);
       for (std::int64_t i = 0; i < mb; i += kBlock) {
-        multiply_block(s.steps, rows + i * lda, lda, panel, sums);
-        add_block(sums, c + (m0 + i) * ldc + s.j0 + p * kPanel, ldc, std::min(kBlock, mb - i), cols, s.alpha, s.beta);
+        float* block = c + (m0 + i) * ldc + s.j0 + p * kPanel;
+        if (s.alpha == 1.0f && s.beta == 0.0f && cols == kPanel && mb - i >= kBlock) {
+          multiply_block(s.steps, rows + i * lda, lda, panel, block, ldc);  // C = the sums: stored as they are
+          continue;
+        }
+        multiply_block(s.steps, rows + i * lda, lda, panel, sums, kBlock);
+        add_block(sums, block, ldc, std::min(kBlock, mb - i), cols, s.alpha, s.beta);
       }
     }
   }
