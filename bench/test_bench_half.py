@@ -173,3 +173,51 @@ def test_native_bf16_product_vs_mkl_gemm_bf16(first_product, paired):
     assert torch.allclose(out, xb.float() @ Sb.float(), rtol=1e-4, atol=1e-3)
     paired(group, "sketched_matmul bf16", "MKL gemm_bf16bf16f32", lambda: sketchcore.sketched_matmul(xb, Sb, Ub),
            mkl_call, pairs=9)
+
+
+# A bfloat16 bottleneck layer, silu(x @ A) @ B (+ bias), forward alone and forward + backward,
+# against torch's composition of the same ops (oneDNN; on AMX-BF16 CPUs its bf16 matmuls use the
+# tiles). sketchcore's kernel is build_info()["cpu_bf16_amx"]: run once more with
+# SKETCHCORE_BF16_AMX=0 for the VDPBF16PS kernel (read once per process). Reported, no targets.
+BOTTLENECKS = [(2048, 384, 96, 1024), (4096, 1024, 256, 1024)]
+
+
+@pytest.fixture(scope="module", params=BOTTLENECKS, ids=lambda s: f"{s[0]}x{s[1]}->{s[2]}->{s[3]}")
+def bottleneck(request):
+    rows, d_in, r, d_out = request.param
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(rows, d_in, generator=gen).bfloat16()
+    A = (torch.randn(d_in, r, generator=gen) / d_in ** 0.5).bfloat16()
+    B = (torch.randn(r, d_out, generator=gen) / r ** 0.5).bfloat16()
+    bias = torch.zeros(d_out).bfloat16()
+    g = torch.randn(rows, d_out, generator=gen).bfloat16()
+    info = sketchcore.build_info()
+    kernel = "amx" if info["cpu_bf16_amx"] else "vdpbf16ps" if info["cpu_bf16_gemm"] else "widening"
+    group = f"bf16 silu bottleneck {rows}x{d_in}->{r}->{d_out} (kernel={kernel})"
+    return group, x, A, B, bias, g
+
+
+def test_bf16_bottleneck_forward_vs_torch(bottleneck, paired):
+    group, x, A, B, _, _ = bottleneck
+    y = sketchcore.sketched_matmul(x, A, B, inner_activation="silu")
+    want = torch.nn.functional.silu(x.double() @ A.double()) @ B.double()
+    assert torch.linalg.norm(y.double() - want) / torch.linalg.norm(want) < 1e-2
+    paired(group, "sketched_matmul forward", "torch silu(x@A)@B",
+           lambda: sketchcore.sketched_matmul(x, A, B, inner_activation="silu"),
+           lambda: torch.nn.functional.silu(x @ A) @ B, pairs=9, calls=3)
+
+
+def test_bf16_bottleneck_training_step_vs_torch(bottleneck, paired):
+    from sketchcore.torch import sketched_linear
+    group, x, A, B, bias, g = bottleneck
+    leaves = [t.clone().requires_grad_() for t in (x, A, B, bias)]
+
+    def ours():
+        sketched_linear(*leaves, inner_activation="silu").backward(g)
+
+    def composed():
+        xl, Al, Bl, bl = leaves
+        (torch.nn.functional.silu(xl @ Al) @ Bl + bl).backward(g)
+
+    paired(group, "sketched_linear forward + backward", "torch composition forward + backward", ours, composed,
+           pairs=7, calls=2)

@@ -6,6 +6,7 @@ class BuildInfo(TypedDict):
     cuda: bool
     cuda_runtime_version: int
     cpu_bf16_gemm: bool
+    cpu_bf16_amx: bool
     cpu_activation_kernels: Literal["avx512", "avx2", "portable"]
 
 def set_num_threads(num_threads: int) -> None: ...

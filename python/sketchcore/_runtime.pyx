@@ -80,7 +80,10 @@ def build_info():
         ``cuda_runtime_version`` (int, 0 without CUDA), ``cpu_bf16_gemm`` (bool: this CPU
         multiplies bfloat16 operands in a native bfloat16 GEMM, AVX512_BF16, instead of widening
         them to float32: the same results up to summation order, but subnormal inputs, products and
-        sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off) and
+        sums flushed to zero; ``SKETCHCORE_BF16_GEMM=0`` in the environment turns it off),
+        ``cpu_bf16_amx`` (bool: that GEMM runs on AMX-BF16 tiles, Intel Sapphire Rapids on, where
+        the operating system grants the tile state; ``SKETCHCORE_BF16_AMX=0`` keeps the AVX512_BF16
+        kernel; the same results up to summation order) and
         ``cpu_activation_kernels`` (str: which kernels run the float32 GELU, GELU-tanh and SiLU
         epilogues, ``"avx512"``, ``"avx2"`` or ``"portable"``, the best this CPU has; all within
         4 ulp of float64; ``SKETCHCORE_CPU_ACTIVATIONS=avx2`` or ``=portable`` caps the choice).
@@ -92,7 +95,7 @@ def build_info():
     Examples
     --------
     >>> sorted(build_info())
-    ['blas', 'cpu_activation_kernels', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
+    ['blas', 'cpu_activation_kernels', 'cpu_bf16_amx', 'cpu_bf16_gemm', 'cuda', 'cuda_runtime_version', 'version']
     """
     info = core.build_info()
     return {
@@ -101,6 +104,7 @@ def build_info():
         "cuda": bool(info.cuda),
         "cuda_runtime_version": info.cuda_runtime_version,
         "cpu_bf16_gemm": bool(info.cpu_bf16_gemm),
+        "cpu_bf16_amx": bool(info.cpu_bf16_amx),
         "cpu_activation_kernels": info.cpu_activation_kernels.decode(),
     }
 

@@ -170,6 +170,7 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
         cbool cuda
         int cuda_runtime_version
         cbool cpu_bf16_gemm
+        cbool cpu_bf16_amx
         string cpu_activation_kernels
 
     BuildInfo build_info() except +raise_py_error

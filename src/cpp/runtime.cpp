@@ -53,6 +53,7 @@ BuildInfo build_info() {
   info.cuda = cuda != nullptr;
   info.cuda_runtime_version = cuda ? cuda->runtime_version() : 0;
   info.cpu_bf16_gemm = detail::gemm_bf16_available();
+  info.cpu_bf16_amx = detail::gemm_bf16_amx_enabled();
   info.cpu_activation_kernels = detail::activation_isa_name(detail::activation_isa());
   return info;
 }

@@ -22,7 +22,8 @@ def test_version_matches_the_distribution():
 
 def test_build_info_describes_the_native_library():
     info = sketchcore.build_info()
-    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version", "cpu_bf16_gemm", "cpu_activation_kernels"}
+    assert set(info) == {"version", "blas", "cuda", "cuda_runtime_version", "cpu_bf16_gemm", "cpu_bf16_amx",
+                         "cpu_activation_kernels"}
     assert info["blas"] in {"scipy-openblas32", "OpenBLAS", "Generic"}
     assert isinstance(info["cuda"], bool)
     assert (info["cuda_runtime_version"] > 0) == info["cuda"]
@@ -31,6 +32,10 @@ def test_build_info_describes_the_native_library():
         with open("/proc/cpuinfo") as f:
             flags = f.read()
         assert info["cpu_bf16_gemm"] == ("avx512_bf16" in flags and os.environ.get("SKETCHCORE_BF16_GEMM") != "0")
+        # and on AMX tiles where the CPU has AMX-BF16 (Linux lists amx_bf16 only where it supports
+        # the tile state, which it grants on request), unless the environment keeps VDPBF16PS
+        assert info["cpu_bf16_amx"] == (info["cpu_bf16_gemm"] and " amx_bf16" in flags and " amx_tile" in flags
+                                        and os.environ.get("SKETCHCORE_BF16_AMX") != "0")
         # The best intrinsic activation kernels the CPU has (a default build compiles them in),
         # unless the environment caps them.
         best = "avx512" if " avx512f" in flags else "avx2" if " avx2" in flags and " fma" in flags else "portable"

@@ -14,7 +14,7 @@ from sketchcore import _cublaslt, _cuda
 _FRAMEWORKS = ("numpy", "torch", "cupy", "jax", "scipy_openblas32", "matplotlib")
 _ENVIRONMENT = ("SKETCHCORE_NUM_THREADS", "SKETCHCORE_CUDA", "SKETCHCORE_CUBLASLT", "OMP_NUM_THREADS",
                 "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "SKETCHCORE_TUNE_GEMMS", "SKETCHCORE_BF16_GEMM",
-                "SKETCHCORE_CPU_ACTIVATIONS", "SKETCHCORE_CUDA_UNVERIFIED")
+                "SKETCHCORE_BF16_AMX", "SKETCHCORE_CPU_ACTIVATIONS", "SKETCHCORE_CUDA_UNVERIFIED")
 
 
 def cublaslt() -> dict[str, str]:

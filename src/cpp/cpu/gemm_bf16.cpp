@@ -1,4 +1,6 @@
-// The bfloat16 GEMM of cpu/gemm_bf16.hpp, blocked the usual way (GotoBLAS): for each slab of
+// The bfloat16 GEMM of cpu/gemm_bf16.hpp: gemm_bf16 chooses the AMX kernel (cpu/gemm_bf16_amx.cpp)
+// where gemm_bf16_amx_enabled(), else the VDPBF16PS kernel here, blocked the usual way
+// (GotoBLAS): for each slab of
 // kKc inner indices and kNc columns, B is packed once into panels of kNr columns, then tiles of
 // kMc rows × kTileCols columns run on the workers, multiplying kMr rows of A at a time into C
 // with an 8 × 32 register kernel. Row-major A (x and dL/dy, the large operands of the sketched
@@ -15,6 +17,8 @@
 // on AMD CPUs it does not use VDPBF16PS) and torch's oneDNN bf16 matmul; the results are in
 // bench/results/cpu-bf16-native-2026-11-24.txt (2.1–2.5×, 2.5–2.7× and 0.76–0.77×).
 #include "cpu/gemm_bf16.hpp"
+
+#include "cpu/gemm_bf16_pack.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -48,37 +52,6 @@ std::int64_t pairs_of(std::int64_t count) { return (count + 1) / 2; }
 /// The mask of the first `count` of 16 lanes (all for count ≥ 16, none for count ≤ 0).
 __mmask16 lanes(std::int64_t count) {
   return static_cast<__mmask16>((std::uint32_t{1} << std::clamp<std::int64_t>(count, 0, 16)) - 1);
-}
-
-/// Packs `count` (≤ width) rows or columns of an operand, inner indices [k0, k0 + kb), into
-/// dst[q][j] = (element(first + j, k0 + 2q), element(first + j, k0 + 2q + 1)), the pair's high
-/// half zero past kb and whole pairs zero for j ≥ count. element(i, kk) is base[i·ld + kk]
-/// when `inner_contiguous`, else base[kk·ld + i].
-void pack_pairs(const std::uint16_t* base, std::int64_t ld, bool inner_contiguous, std::int64_t first,
-                std::int64_t count, std::int64_t k0, std::int64_t kb, int width, std::uint32_t* dst) {
-  const std::int64_t whole = kb / 2;
-  const bool odd = (kb & 1) != 0;
-  if (inner_contiguous) {
-    for (std::int64_t j = 0; j < count; ++j) {
-      const std::uint16_t* row = base + (first + j) * ld + k0;
-      for (std::int64_t q = 0; q < whole; ++q) std::memcpy(&dst[q * width + j], row + 2 * q, sizeof(std::uint32_t));
-      if (odd) dst[whole * width + j] = row[2 * whole];
-    }
-  } else {
-    for (std::int64_t q = 0; q < whole; ++q) {
-      const std::uint16_t* low = base + (k0 + 2 * q) * ld + first;
-      const std::uint16_t* high = low + ld;
-      std::uint32_t* out = dst + q * width;
-      for (std::int64_t j = 0; j < count; ++j) out[j] = std::uint32_t{low[j]} | (std::uint32_t{high[j]} << 16);
-    }
-    if (odd) {
-      const std::uint16_t* low = base + (k0 + 2 * whole) * ld + first;
-      for (std::int64_t j = 0; j < count; ++j) dst[whole * width + j] = low[j];
-    }
-  }
-  for (std::int64_t q = 0; count < width && q < pairs_of(kb); ++q) {
-    std::fill(dst + q * width + count, dst + (q + 1) * width, std::uint32_t{0});
-  }
 }
 
 /// Where the register kernel reads the pairs of its kMr rows of A: pair q of row i at
@@ -154,6 +127,33 @@ SKETCHCORE_BF16_TARGET void column_sums(const std::uint16_t* src, std::int64_t l
 
 }  // namespace
 
+void pack_bf16_pairs(const std::uint16_t* base, std::int64_t ld, bool inner_contiguous, std::int64_t first,
+                     std::int64_t count, std::int64_t k0, std::int64_t kb, int width, std::uint32_t* dst) {
+  const std::int64_t whole = kb / 2;
+  const bool odd = (kb & 1) != 0;
+  if (inner_contiguous) {
+    for (std::int64_t j = 0; j < count; ++j) {
+      const std::uint16_t* row = base + (first + j) * ld + k0;
+      for (std::int64_t q = 0; q < whole; ++q) std::memcpy(&dst[q * width + j], row + 2 * q, sizeof(std::uint32_t));
+      if (odd) dst[whole * width + j] = row[2 * whole];
+    }
+  } else {
+    for (std::int64_t q = 0; q < whole; ++q) {
+      const std::uint16_t* low = base + (k0 + 2 * q) * ld + first;
+      const std::uint16_t* high = low + ld;
+      std::uint32_t* out = dst + q * width;
+      for (std::int64_t j = 0; j < count; ++j) out[j] = std::uint32_t{low[j]} | (std::uint32_t{high[j]} << 16);
+    }
+    if (odd) {
+      const std::uint16_t* low = base + (k0 + 2 * whole) * ld + first;
+      for (std::int64_t j = 0; j < count; ++j) dst[whole * width + j] = low[j];
+    }
+  }
+  for (std::int64_t q = 0; count < width && q < (kb + 1) / 2; ++q) {
+    std::fill(dst + q * width + count, dst + (q + 1) * width, std::uint32_t{0});
+  }
+}
+
 void bfloat16_column_sums(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* sums,
                           bool accumulate) {
   constexpr std::int64_t kBlock = 256;  // columns per task
@@ -176,6 +176,12 @@ void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
                const Bf16Operand& b, float* c, std::int64_t ldc, float beta) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return scale_rows(m, n, c, ldc, beta);
+  if (gemm_bf16_amx_enabled()) return gemm_bf16_amx(m, n, k, alpha, a, b, c, ldc, beta);
+  gemm_bf16_vdpbf16ps(m, n, k, alpha, a, b, c, ldc, beta);
+}
+
+void gemm_bf16_vdpbf16ps(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const Bf16Operand& a,
+                         const Bf16Operand& b, float* c, std::int64_t ldc, float beta) {
   const std::int64_t slab_cols = std::min(kNc, n);
   Scratch<std::uint32_t> b_packed(pairs_of(std::min(kKc, k)) * ((slab_cols + kNr - 1) / kNr) * kNr);
   for (std::int64_t j0 = 0; j0 < n; j0 += kNc) {
@@ -186,7 +192,7 @@ void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
       const float slab_beta = k0 == 0 ? beta : 1.0f;  // later slabs add to the first's sums
       parallel_for(panels, 4, [&](std::int64_t p0, std::int64_t p1) {
         for (std::int64_t p = p0; p < p1; ++p) {
-          pack_pairs(b.data, b.ld, b.transposed, j0 + p * kNr, std::min<std::int64_t>(kNr, nb - p * kNr), k0, kb, kNr,
+          pack_bf16_pairs(b.data, b.ld, b.transposed, j0 + p * kNr, std::min<std::int64_t>(kNr, nb - p * kNr), k0, kb, kNr,
                      b_packed.data() + p * pairs * kNr);
         }
       });
@@ -202,7 +208,7 @@ void gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, cons
           if (!a_in_place && t / col_tiles != packed_tile_row) {
             packed_tile_row = t / col_tiles;
             for (std::int64_t i = 0; i < mb; i += kMr) {
-              pack_pairs(a.data, a.ld, !a.transposed, m0 + i, std::min<std::int64_t>(kMr, mb - i), k0, kb, kMr,
+              pack_bf16_pairs(a.data, a.ld, !a.transposed, m0 + i, std::min<std::int64_t>(kMr, mb - i), k0, kb, kMr,
                          a_packed.data() + (i / kMr) * pairs * kMr);
             }
           }
@@ -239,6 +245,11 @@ bool gemm_bf16_available() noexcept { return false; }
 void gemm_bf16(std::int64_t, std::int64_t, std::int64_t, float, const Bf16Operand&, const Bf16Operand&, float*,
                std::int64_t, float) {
   throw std::logic_error("sketchcore: gemm_bf16 called where gemm_bf16_available() is false");
+}
+
+void gemm_bf16_vdpbf16ps(std::int64_t, std::int64_t, std::int64_t, float, const Bf16Operand&, const Bf16Operand&,
+                         float*, std::int64_t, float) {
+  throw std::logic_error("sketchcore: gemm_bf16_vdpbf16ps called where gemm_bf16_available() is false");
 }
 
 void bfloat16_column_sums(const std::uint16_t*, std::int64_t, std::int64_t, std::int64_t, float*, bool) {

@@ -3,7 +3,10 @@
 // recomputed where an activation needs it, and D = (G·Upᵀ) ⊙ σ′(Z) (D = G·Upᵀ without σ),
 //   dUp = scale·Aᵀ·G,  dSp = scale·Xᵀ·D,  dX = scale·D·Spᵀ,  dbias = Σ_rows G,
 // over chunks of rows, the factors' gradients accumulating across the chunks (the math:
-// DESIGN.md). 16-bit x, dL/dy, Z and dx are widened or rounded chunk by chunk.
+// DESIGN.md). 16-bit x, dL/dy, Z and dx are widened or rounded chunk by chunk. Where the CPU has
+// the native bfloat16 GEMM (cpu/gemm_bf16.hpp) and the problem is bfloat16, the products of two
+// bfloat16 operands take them as they are: all of them without activation or dropout, G·Upᵀ
+// (G = dL/dy) with only an inner activation.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -154,6 +157,8 @@ class BackwardExecutor {
     // bfloat16 dL/dy, Z and U with no activation or dropout: G = dL/dy, and dbias, dUp and G·Upᵀ
     // take the 16-bit values as they are (the native GEMM; nothing widened).
     if (!transform) native_ = native_operands();
+    // Only an inner activation: G = dL/dy still, so G·Upᵀ (both bfloat16) stays native.
+    if (transform && !needs_h_ && !epilogue_.dropout.enabled) native_gu_ = native_operands();
   }
 
   /// Rows [begin, end) in the native bfloat16 GEMM: dbias and dUp accumulated, G·Upᵀ into gup.
@@ -218,11 +223,25 @@ class BackwardExecutor {
               ld_du_, beta);
     }
     if (gup && gu_width_ > 0) {
-      gemm<T>(n, gu_width_, d_out, T(1), gc, transposed(rows_from<T>(up_, gu_first_)), gup, gu_width_);
+      if (!native_gu_products(begin, n, gup)) {
+        gemm<T>(n, gu_width_, d_out, T(1), gc, transposed(rows_from<T>(up_, gu_first_)), gup, gu_width_);
+      }
       // (G·Upᵀ) ⊙ σ′(Z) on the columns kept: dSp and dx then follow as without σ.
       if (inner_) inner_activation_backward<T>(p_.epilogue.inner_activation, zc.data + gu_first_, ldz_, gup, gu_width_,
                                                n, gu_width_);
     }
+  }
+
+  /// gup = G·Upᵀ for the n rows from `begin` in the native GEMM where G is the bfloat16 dL/dy
+  /// (native_gu_); false (nothing done) elsewhere.
+  bool native_gu_products(std::int64_t begin, std::int64_t n, T* gup) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!native_gu_) return false;
+      gemm_bf16(n, gu_width_, p_.d_out, 1.0f, rows_from<std::uint16_t>(native_gu_->dy, begin),
+                transposed(rows_from<std::uint16_t>(native_gu_->up, gu_first_)), gup, gu_width_);
+      return true;
+    }
+    return false;
   }
 
   /// dSp += scale · X[begin, end)ᵀ · (G·Upᵀ)[:, S's columns].
@@ -321,6 +340,7 @@ class BackwardExecutor {
   std::int64_t ld_du_ = 1, ld_ds_ = 1;
   T scale_ = T(1);
   std::optional<NativeOperands> native_;  // the native bfloat16 path (float only), else empty
+  std::optional<NativeOperands> native_gu_;  // G·Upᵀ alone native (an inner activation only)
 };
 
 }  // namespace

@@ -23,8 +23,10 @@
 // staging buffer just before its GEMM, each chunk of y and Z rounded into the caller's
 // arrays right after its epilogue, so no full-size float32 copy of them is ever made. Where
 // the CPU has a native bfloat16 GEMM (cpu/gemm_bf16.hpp), X·Sp of a bfloat16 problem reads x
-// and S as they are instead: Z comes out in float32 as before (only Z·Up, whose Z is a float32
-// sum, stays in BLAS).
+// and S as they are instead: Z comes out in float32 as before. Z·Up (Z, or σ(Z), a float32 sum)
+// stays in BLAS, except where that GEMM runs on AMX tiles and T·k ≥ 64: there Z is split into
+// bfloat16 pairs hi + lo (cpu/bf16_split.hpp, an error within float32 summation's bound) and
+// multiplied by the bfloat16 Up with its rows repeated, on the tiles.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +34,7 @@
 #include <type_traits>
 
 #include "cpu/cpu_ops.hpp"
+#include "cpu/bf16_split.hpp"
 #include "cpu/gemm_bf16.hpp"
 #include "cpu/half.hpp"
 #include "cpu/matmul_factors.hpp"
@@ -68,6 +71,11 @@ class Executor {
       x16_ = operand_in_place<std::uint16_t>(p.x);
       if (x16_) s16_ = half.S;
     }
+    // bfloat16 U in place: Z·Up on AMX tiles with Z split (see the header comment).
+    if (std::is_same_v<T, float> && half.U && half.U->dtype() == DType::bfloat16 && p.x.dtype() == DType::bfloat16 &&
+        r_ >= kMinSplitInner && gemm_bf16_amx_enabled()) {
+      split_u_ = operand_in_place<std::uint16_t>(*half.U);
+    }
     if (auto o = operand_in_place<T>(p.out); o && !o->transposed && !is_half(p.out.dtype())) {
       out_in_place_ = MatrixOperand<T>{o->data, false, o->ld};
     }
@@ -85,7 +93,11 @@ class Executor {
       } else {
         factor_ = first_factor<T>(p_, chunk, s_scratch_);
       }
-      u_ = whole_operand<T>(p_.U, u_scratch_);  // (T, k, d_out) collapses to r × d_out
+      if (split_u_) {
+        repeat_rows_bf16(*split_u_, r_, p_.d_out, u_repeated_.allocate(2 * r_ * p_.d_out));
+      } else {
+        u_ = whole_operand<T>(p_.U, u_scratch_);  // (T, k, d_out) collapses to r × d_out
+      }
     }
     for (std::int64_t begin = 0; begin < rows; begin += chunk) compute_rows(begin, std::min(rows, begin + chunk));
   }
@@ -137,7 +149,7 @@ class Executor {
       if (half_intermediate_) scatter_rows<T>(zp, ldz, *p_.intermediate, begin, end);  // Z rounded once
       Scratch<T> activated;
       const MatrixOperand<T> a = inner_activation(zp, ldz, n, activated);
-      gemm<T>(n, d_out, r_, static_cast<T>(p_.epilogue.scale), a, u_, y, ldy);
+      second_product(n, a, y, ldy);
     }
     // The epilogue (and the copy into a strided out) in one parallel pass over the chunk.
     if (epilogue_.active() || !out_in_place_) {
@@ -160,6 +172,21 @@ class Executor {
     const std::int64_t ld = z_is_saved ? r_ : ldz;
     inner_activation_forward<T>(sigma, zp, ldz, dst, ld, n, r_);
     return {dst, false, ld};
+  }
+
+  /// y (n rows, leading dimension ldy) = scale · a · Up: BLAS, or the bfloat16 GEMM on a split
+  /// into hi + lo pairs against Up with its rows repeated.
+  void second_product(std::int64_t n, const MatrixOperand<T>& a, T* y, std::int64_t ldy) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (split_u_) {
+        Scratch<std::uint32_t> pairs(n * r_);
+        split_bf16_pairs(a.data, a.ld, n, r_, pairs.data(), r_);
+        const Bf16Operand split{reinterpret_cast<const std::uint16_t*>(pairs.data()), false, 2 * r_};
+        return gemm_bf16(n, p_.d_out, 2 * r_, static_cast<float>(p_.epilogue.scale), split,
+                         Bf16Operand{u_repeated_.data(), false, p_.d_out}, y, ldy);
+      }
+    }
+    gemm<T>(n, p_.d_out, r_, static_cast<T>(p_.epilogue.scale), a, u_, y, ldy);
   }
 
   /// Z (rows [begin, end), leading dimension ldz) = X·Sp: the native bfloat16 GEMM on x in
@@ -198,6 +225,8 @@ class Executor {
   const TensorView* s16_ = nullptr;  // its bfloat16 S
   Bf16Operand sp16_{nullptr, false, 1};
   Scratch<std::uint16_t> s16_scratch_;
+  std::optional<Bf16Operand> split_u_;  // bfloat16 Up (r × d_out) of a split Z·Up
+  Scratch<std::uint16_t> u_repeated_;     // its Up with every row repeated (2r × d_out)
 };
 
 }  // namespace

@@ -27,6 +27,10 @@ struct BuildInfo {
   /// them to float32 for BLAS. Same results up to float32 summation order either way, except
   /// that the native GEMM flushes subnormal inputs, products and sums to zero (as VDPBF16PS does).
   bool cpu_bf16_gemm = false;
+  /// Whether that native bfloat16 GEMM runs on AMX-BF16 tiles (TDPBF16PS: Intel Sapphire Rapids
+  /// on, where the operating system grants the tile state; off with SKETCHCORE_BF16_AMX=0, which
+  /// keeps the AVX512_BF16 kernel). Same results up to float32 summation order.
+  bool cpu_bf16_amx = false;
   /// Which kernels run the float32 activation epilogues (GELU, GELU-tanh, SiLU and their
   /// derivatives): "avx512" or "avx2" (intrinsic kernels, compiled in on x86-64 GCC/Clang builds,
   /// the best this CPU has) or "portable". SKETCHCORE_CPU_ACTIVATIONS=avx2 or =portable in the
