@@ -1,6 +1,7 @@
 // Whether this process may run Intel AMX tile instructions: the CPU reports the tile
 // architecture and Linux has granted the process its tile state (ARCH_REQ_XCOMP_PERM). Shared
-// by the AMX kernels (cpu/gemm_bf16_amx.cpp), so that the permission is requested once.
+// by the AMX kernels (cpu/gemm_bf16_amx.cpp, cpu/int8_kernels_amx.cpp), so that the permission
+// is requested once.
 #pragma once
 
 namespace sketchcore::detail {

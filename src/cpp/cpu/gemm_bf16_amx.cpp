@@ -83,6 +83,9 @@ SKETCHCORE_AMX_BF16_TARGET void multiply_block(std::int64_t steps, const std::ui
                                                const std::uint32_t* b, float* sums, std::int64_t ld_sums) {
   const std::int64_t a_stride = lda * 2, b_stride = kPanel * 4;
   const std::uint16_t* a_bottom = a + 16 * lda;
+  // GCC's TILELOADD declares no memory it reads: this barrier keeps every store to the operands
+  // (the copied rows, the packed panel) before the loads below, should this function be inlined.
+  asm volatile("" : : : "memory");
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -20,14 +20,11 @@
 #if SKETCHCORE_INT8_X86
 
 #include <cpuid.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 #include <chrono>
 #include <cstring>
 
+#include "cpu/amx_support.hpp"
 #include "cpu/x86_intrinsics.hpp"
 
 #define SKETCHCORE_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
@@ -136,17 +133,6 @@ SKETCHCORE_AMX_TARGET void amx_rows(std::int64_t rows, std::int64_t steps, const
   }
 }
 
-bool amx_permitted() noexcept {
-#if defined(__linux__)
-  // Linux hands out the 8 KiB tile state only on request, once per process (ARCH_REQ_XCOMP_PERM
-  // = 0x1023 for XFEATURE_XTILEDATA = 18); without it the first tile instruction faults.
-  static const bool permitted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return permitted;
-#else
-  return false;  // other systems: not tried here
-#endif
-}
-
 }  // namespace
 
 bool int8_amx_supported() noexcept {
@@ -154,7 +140,7 @@ bool int8_amx_supported() noexcept {
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
   return tile && int8 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni") && amx_permitted();
+         __builtin_cpu_supports("avx512vnni") && amx_tiles_permitted();
 }
 
 void int8_tile_amx(std::int64_t rows, std::int64_t groups, const std::uint8_t* a, std::int64_t lda,
