@@ -51,18 +51,8 @@ constexpr std::int64_t kTileCols = 256;  // columns per task
 
 std::int64_t round_up(std::int64_t value, std::int64_t step) { return (value + step - 1) / step * step; }
 
-/// The 64-byte operand of LDTILECFG (palette 1): eight tiles of 16 rows × 64 bytes.
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
 SKETCHCORE_AMX_BF16_TARGET void load_tile_config() {
-  TileConfig config;
+  AmxTileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = 16;
     config.colsb[t] = 64;

@@ -37,16 +37,6 @@ constexpr std::int64_t kTileGroups = 16;       ///< four-row groups of one A / B
 constexpr std::int64_t kTileBytes = 64;        ///< bytes of a tile row
 constexpr std::int64_t kAccStride = kInt8PanelCols * 4;  ///< bytes between acc rows
 
-/// The 64-byte operand of LDTILECFG (palette 1).
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
 /// The row counts (top half, bottom half) of the loaded configuration of this thread, 0 none.
 thread_local int loaded_config = 0;
 
@@ -55,7 +45,7 @@ thread_local int loaded_config = 0;
 SKETCHCORE_AMX_TARGET void configure(int top, int bottom) {
   const int key = top * 32 + bottom;
   if (loaded_config == key) return;
-  TileConfig config;
+  AmxTileConfig config;
   const int rows[8] = {top, top, bottom, bottom, top, bottom, kTileGroups, kTileGroups};
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = static_cast<std::uint8_t>(rows[t]);
