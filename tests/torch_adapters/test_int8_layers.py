@@ -112,7 +112,7 @@ def test_an_sklinear_becomes_one_s_u_product_of_all_its_terms(rng):
     layer = Int8LowRankLinear.from_float(sk)
     assert layer.rank == 2 * 2 * 4 and layer.activation == "relu"
     x = torch.from_numpy(rng.standard_normal((9, 96)).astype(np.float32))
-    from sketchcore.torch.layers._int8 import float_factors
+    from sketchcore.torch.layers._quantized import float_factors
     S, U = (f.double().numpy() for f in float_factors(sk))
     bias = sk.bias.detach().double().numpy()
     with torch.no_grad():

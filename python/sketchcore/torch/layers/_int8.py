@@ -9,10 +9,10 @@ from torch import Tensor, nn
 
 import sketchcore
 from sketchcore.torch.layers._lowrank import LowRankLinear
-from sketchcore.torch.layers._quantized import QuantizedLowRankLinear, float_factors
+from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 
-__all__ = ["Int8LowRankLinear", "float_factors", "quantize_columns"]
+__all__ = ["Int8LowRankLinear", "quantize_columns"]
 
 
 def quantize_columns(factor: Tensor) -> tuple[Tensor, Tensor]:
