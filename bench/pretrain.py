@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = [r for r in equal_time_rows if r not in ROWS]
     if unknown:
         parser.error(f"--equal-time-rows: expected names from {ROWS}, got {unknown}")
+    started = time.perf_counter()
     results = run(args.preset, rows, args.lr or [PRESETS[args.preset]["lr"]], equal_time_rows)
+    results["wall_seconds"] = time.perf_counter() - started  # the whole preset (its time target)
     results["command"] = "python bench/pretrain.py " + " ".join(sys.argv[1:] if argv is None else argv)
     from pretrain_report import markdown, plot
     text = markdown(results)

@@ -58,6 +58,9 @@ def markdown(results: dict[str, Any]) -> str:
                       "row's training time, its schedule fitted to them; a row with fewer steps than the preset's "
                       "(the memory mode: the same gradients as cola_sketchcore) is there for its speed and memory."]
         lines.append("")
+    if "wall_seconds" in results:
+        lines.append(f"Whole run: {results['wall_seconds']:,.0f} s ({results['wall_seconds'] / 60:.1f} minutes), "
+                     "training, evaluation, timing rounds and the per-row memory processes together.")
     lines.append(f"Command: `{results.get('command', '')}`")
     return "\n".join(lines)
 
