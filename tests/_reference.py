@@ -1,5 +1,5 @@
-"""Float64 reference of sketched_matmul, the int8 sketched GEMM's quantized reference, and the
-comparison helpers the tests share."""
+"""Float64 reference of sketched_matmul, Panther's SKLinear formula, the int8 sketched GEMM's
+quantized reference, and the comparison helpers the tests share."""
 import math
 
 import numpy as np
@@ -41,6 +41,14 @@ def reference(x, S, U, bias=None, activation="none", scale=1.0):
     if bias is not None:
         z = z + np.asarray(bias, dtype=np.float64)
     return activate(z, activation)
+
+
+def panther_reference(x, S1s, S2s, U1s, U2s, bias):
+    """Panther's formula, term by term (NumPy arrays or torch tensors, in their dtype):
+    1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b."""
+    T = S1s.shape[0]
+    total = sum((x @ S1s[t]) @ U1s[t] + (x @ U2s[t]) @ S2s[t] for t in range(T))
+    return total / (2 * T) + (0 if bias is None else bias)
 
 
 def relative_error(y, ref):

@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 torch = pytest.importorskip("torch")
 sct = pytest.importorskip("sketchcore.torch")
 from sketchcore.torch.ops import _eager, _ops  # noqa: E402
+from _reference import panther_reference  # noqa: E402
 
 HALF = [torch.bfloat16, torch.float16]
 #: Relative error of a 16-bit result against float64 (as tests/torch_adapters/test_torch_adapter.py's autocast test).
@@ -71,13 +72,6 @@ def fastcall(monkeypatch):
 
 def relative_error(a, b):
     return (torch.linalg.norm(a.double() - b.double()) / torch.linalg.norm(b.double())).item()
-
-
-def panther_reference(x, S1s, S2s, U1s, U2s, bias):
-    """Panther's formula, term by term: 1/(2T) Σ_t [(x S1_t) U1_t + (x U2_t) S2_t] + b."""
-    T = S1s.shape[0]
-    total = sum((x @ S1s[t]) @ U1s[t] + (x @ U2s[t]) @ S2s[t] for t in range(T))
-    return total / (2 * T) + bias
 
 
 def float64_reference(layer, x, grad):
