@@ -3,7 +3,8 @@ real text, dense against CoLA (sketchcore's fused layers and the same model in p
 plain low rank and Panther's SKLinear.
 
     python bench/pretrain.py --preset {quick,cpu,gpu} [--rows dense,cola_sketchcore,...]
-                             [--lr 3e-3 ...] [--out bench/results/PREFIX]
+                             [--lr 3e-3 ...] [--warmup 0.1 ...] [--init-gain 1 ...]
+                             [--out bench/results/PREFIX]
     python bench/pretrain.py --preset cpu --saved-only   # saved activations only (exact; seconds)
 
 Text: the Python standard library's sources as bytes (bench/pretrain_data.py; the files, their
@@ -19,7 +20,10 @@ the row's training time, at dense's measured step time, its schedule fitted to t
 paper compares), the loss-versus-time curve (a PNG), and the ratios to dense (and CoLA through
 sketchcore against its plain-torch peer). The recipe: AdamW (β = 0.9, 0.95, no weight decay),
 linear warm-up over 10 % of the steps, cosine decay to 10 % of the peak learning rate, gradient
-clipping at 1; ``--lr`` with several values repeats the rows per rate (the sensitivity). A row in
+clipping at 1, the low-rank factors drawn as ``sketch_model(init="random")`` draws them. The recipe's
+sensitivity: ``--lr``, ``--warmup`` (the warm-up's share of the steps) and ``--init-gain`` (the
+low-rank factors' product scaled by it at initialisation: each factor by its square root; dense and
+SKLinear rows unchanged) take several values each and repeat the rows for every combination. A row in
 the preset's ``row_steps`` trains only that many steps (the memory mode: its gradients are those
 of ``cola_sketchcore``, tests/torch_adapters; it is here for its speed and memory).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import platform
@@ -60,17 +65,29 @@ PRESETS: dict[str, dict[str, Any]] = {
             # Within the preset's 30 minutes: dense trains again only in the time of the row the
             # equal-time target is about, and the memory mode (the same gradients) trains 30 steps.
             "equal_time_rows": ["cola_sketchcore"], "row_steps": {"cola_sketchcore_memory": 30}},
-    # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 49M tokens per row.
+    # A lent GPU: bfloat16 autocast, hidden 768, 12 layers, 32 × 512 tokens a step, 400 steps: 6.6M tokens
+    # per row, under one pass over the standard library's ~8 MB of sources (corpus_bytes takes them all).
+    # Sized to one device command (the device tool allows 600 s a command and 15 minutes a session;
+    # bench/gpu/run.sh's pretrain step): 3,000 steps, as first planned, would have taken about 15
+    # minutes on an H100 at an assumed 50 ms a step, and repeated the text six times. --steps
+    # trains longer on a GPU of your own.
     "gpu": {"hidden": 768, "intermediate": 2048, "layers": 12, "heads": 12, "length": 512, "batch": 32,
-            "steps": 3000, "eval_every": 250, "val_batches": 16, "corpus_bytes": 64_000_000, "lr": 3e-3,
-            "device": "cuda", "timing_rounds": 10, "autocast": "bfloat16"},
+            "steps": 400, "eval_every": 50, "val_batches": 8, "corpus_bytes": 16_000_000, "lr": 3e-3,
+            "device": "cuda", "timing_rounds": 10, "autocast": "bfloat16",
+            "equal_time_rows": ["cola_sketchcore"], "row_steps": {"cola_sketchcore_memory": 30}},
 }
 SEED = 1234
 
 
-def learning_rate(step: int, steps: int, peak: float) -> float:
-    """Linear warm-up over 10 % of the steps, then cosine to 10 % of the peak."""
-    warmup = max(1, steps // 10)
+#: The recipe's defaults: the warm-up's share of the steps and the factors' initial scale.
+WARMUP, INIT_GAIN = 0.1, 1.0
+
+
+def learning_rate(step: int, steps: int, peak: float, warmup_share: float = WARMUP) -> float:
+    """Linear warm-up over `warmup_share` of the steps (none at 0), then cosine to 10 % of the peak."""
+    warmup = int(steps * warmup_share + 1e-9)  # steps // 10 at the default share
+    if warmup_share > 0:
+        warmup = max(1, warmup)
     if step < warmup:
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
@@ -103,7 +120,7 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     loss), tokens/s (the first step, with its one-time costs, left out) and, on a GPU, peak
     memory (on the CPU ``run`` measures it in a process of its own)."""
     device = torch.device(preset["device"])
-    model = build(row, preset, SEED).to(device)
+    model = build(row, preset, SEED, preset.get("init_gain", INIT_GAIN)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(SEED)
     memory_mode = low_rank_activations if row.endswith("_memory") else contextlib.nullcontext
@@ -118,7 +135,8 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
     elapsed, first_step = 0.0, 0.0
     for step in range(steps):
         batch = batches(corpus.train, preset["batch"], preset["length"], generator).to(device)
-        took, loss = _step(model, optimizer, batch, learning_rate(step, steps, lr), memory_mode)
+        took, loss = _step(model, optimizer, batch, learning_rate(step, steps, lr, preset.get("warmup", WARMUP)),
+                           memory_mode)
         elapsed += took
         if step == 0:
             first_step = took
@@ -126,7 +144,8 @@ def train(row: str, preset: dict[str, Any], steps: int, lr: float, corpus: Any, 
             curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step, "seconds": elapsed,
                           "val_loss": validation_loss(model, held_out, device), "train_loss": loss.item()})
     timed_steps = max(1, steps - 1)
-    return {"row": row, "lr": lr, "steps": steps, "params": learnable_parameters(model),
+    return {"row": row, "lr": lr, "warmup": preset.get("warmup", WARMUP),
+            "init_gain": preset.get("init_gain", INIT_GAIN), "steps": steps, "params": learnable_parameters(model),
             "tokens_per_s": timed_steps * tokens_per_step / max(elapsed - first_step, 1e-9),
             "step_seconds": (elapsed - first_step) / timed_steps, "train_seconds": elapsed,
             "peak_memory_mib": meter.peak() if meter is not None else None,
@@ -178,19 +197,22 @@ def interleaved_throughput(results: dict[str, dict[str, Any]], preset: dict[str,
                                                  "max": max(per_round)}
 
 
-def run(preset_name: str, rows: list[str], lrs: list[float], equal_time_rows: list[str]) -> dict[str, Any]:
-    preset = PRESETS[preset_name]
-    corpus = load_corpus(preset["corpus_bytes"])
-    held_out = validation_batches(corpus.validation, preset["batch"], preset["length"], preset["val_batches"])
-    results: dict[str, Any] = {"preset": preset_name, "config": preset, "corpus": corpus.description,
-                               "machine": _machine(preset["device"]), "torch": torch.__version__,
+def run(preset_name: str, rows: list[str], lrs: list[float], equal_time_rows: list[str],
+        warmups: tuple[float, ...] = (WARMUP,), init_gains: tuple[float, ...] = (INIT_GAIN,)) -> dict[str, Any]:
+    base = PRESETS[preset_name]
+    corpus = load_corpus(base["corpus_bytes"])
+    held_out = validation_batches(corpus.validation, base["batch"], base["length"], base["val_batches"])
+    results: dict[str, Any] = {"preset": preset_name, "config": base, "corpus": corpus.description,
+                               "machine": _machine(base["device"]), "torch": torch.__version__,
                                "threads": torch.get_num_threads(), "runs": []}
-    row_steps = {row: min(preset.get("row_steps", {}).get(row, preset["steps"]), preset["steps"]) for row in rows}
-    for lr in lrs:
+    row_steps = {row: min(base.get("row_steps", {}).get(row, base["steps"]), base["steps"]) for row in rows}
+    for lr, warmup, init_gain in itertools.product(lrs, warmups, init_gains):
+        preset = {**base, "warmup": warmup, "init_gain": init_gain}
         tokens = {row: train(row, preset, row_steps[row], lr, corpus, held_out,
                              min(preset["eval_every"], row_steps[row])) for row in rows}
         interleaved_throughput(tokens, preset, corpus)
-        entry: dict[str, Any] = {"lr": lr, "equal_tokens": tokens, "equal_time": {}}
+        entry: dict[str, Any] = {"lr": lr, "warmup": warmup, "init_gain": init_gain, "equal_tokens": tokens,
+                                 "equal_time": {}}
         if "dense" in tokens:
             for row in rows:  # dense in the row's time (the row's full-length run at its own step time)
                 if row == "dense" or row not in equal_time_rows or row_steps[row] != preset["steps"]:
@@ -203,7 +225,7 @@ def run(preset_name: str, rows: list[str], lrs: list[float], equal_time_rows: li
             r.pop("_state")
         entry["ratios"] = ratios(entry)
         results["runs"].append(entry)
-    if preset["device"] == "cpu":  # the same for every learning rate: measured once per row
+    if base["device"] == "cpu":  # the same for every recipe: measured once per row
         peaks = {row: measure_peak_memory(preset_name, row) for row in rows}
         for entry in results["runs"]:
             for row, r in entry["equal_tokens"].items():
@@ -279,6 +301,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
     parser.add_argument("--lr", type=float, nargs="+", default=None, help="peak learning rate(s)")
+    parser.add_argument("--warmup", type=float, nargs="+", default=[WARMUP],
+                        help=f"the warm-up's share(s) of the steps, in [0, 1) (default {WARMUP})")
+    parser.add_argument("--init-gain", type=float, nargs="+", default=[INIT_GAIN],
+                        help="the low-rank factors' product scaled by this at initialisation (default 1)")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's steps (say so in reports)")
     parser.add_argument("--no-equal-time", action="store_true", help="skip the equal wall-clock runs")
     parser.add_argument("--equal-time-rows", default=None,
@@ -291,6 +317,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"--rows: expected names from {ROWS}, got {unknown}")
+    bad = [w for w in args.warmup if not 0 <= w < 1] + [g for g in args.init_gain if not g > 0]
+    if bad:
+        parser.error(f"--warmup: expected shares in [0, 1), --init-gain: expected positive gains; got {bad}")
     if args.saved_only:
         return saved_only(PRESETS[args.preset], rows)
     if args.steps is not None:
@@ -303,7 +332,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"--equal-time-rows: expected names from {ROWS}, got {unknown}")
     started = time.perf_counter()
-    results = run(args.preset, rows, args.lr or [PRESETS[args.preset]["lr"]], equal_time_rows)
+    results = run(args.preset, rows, args.lr or [PRESETS[args.preset]["lr"]], equal_time_rows, tuple(args.warmup),
+                  tuple(args.init_gain))
     results["wall_seconds"] = time.perf_counter() - started  # the whole preset (its time target)
     results["command"] = "python bench/pretrain.py " + " ".join(sys.argv[1:] if argv is None else argv)
     from pretrain_report import markdown, plot

@@ -59,8 +59,19 @@ def _to_torch_peer(model: nn.Module) -> None:
             setattr(model.get_submodule(parent_name) if parent_name else model, child, TorchCoLALinear(module))
 
 
-def build(row: str, preset: dict[str, Any], seed: int) -> nn.Module:
-    """The model of `row`, its dense parts drawn from `seed` (the same in every row)."""
+def _scale_factors(model: nn.Module, gain: float) -> None:
+    if gain != 1.0:
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, LowRankLinear):
+                    module.S.mul_(gain ** 0.5)
+                    module.U.mul_(gain ** 0.5)
+
+
+def build(row: str, preset: dict[str, Any], seed: int, init_gain: float = 1.0) -> nn.Module:
+    """The model of `row`, its dense parts drawn from `seed` (the same in every row); the low-rank
+    rows' factors each scaled by √init_gain after sketch_model draws them (their product by
+    init_gain; the recipe's sensitivity)."""
     from transformers import LlamaForCausalLM
     torch.manual_seed(seed)
     model = LlamaForCausalLM(llama_config(preset))
@@ -68,10 +79,12 @@ def build(row: str, preset: dict[str, Any], seed: int) -> nn.Module:
     torch.manual_seed(seed + 1)  # the factors: the same draw for both CoLA rows and the plain low-rank one
     if row in ("cola_sketchcore", "cola_sketchcore_memory", "cola_torch"):
         sketch_model(model, layer="lowrank", low_rank=rank, init="random", inner_activation="silu", exclude=KEEP_DENSE)
+        _scale_factors(model, init_gain)
         if row == "cola_torch":
             _to_torch_peer(model)
     elif row == "lowrank":
         sketch_model(model, layer="lowrank", low_rank=rank, init="random", exclude=KEEP_DENSE)
+        _scale_factors(model, init_gain)
     elif row == "sklinear":
         sketch_model(model, layer="sklinear", num_terms=1, low_rank=rank, init="panther", exclude=KEEP_DENSE)
     elif row != "dense":

@@ -17,7 +17,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"{corpus['train_bytes']:,} training and {corpus['validation_bytes']:,} validation bytes, "
              f"sha256 {corpus['sha256']}.", ""]
     for run in results["runs"]:
-        lines += [f"## Peak learning rate {run['lr']}", "",
+        lines += [f"## Peak learning rate {run['lr']}, warm-up {run.get('warmup', 0.1):.0%} of the steps, "
+                  f"init gain {run.get('init_gain', 1.0):g}", "",
                   "| row | params | tokens/s | × dense | peak MiB | × dense | saved activations MiB | × dense "
                   "| val loss, equal tokens (steps) | × dense | dense's val loss in the row's time (steps) | row × that |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -81,7 +82,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
                         color=line.get_color(), label=f"dense in {row}'s time")
         ax.set_xlabel("training seconds")
         ax.set_ylabel("validation loss (nats per byte)")
-        ax.set_title(f"preset {results['preset']}, peak lr {run['lr']}")
+        ax.set_title(f"preset {results['preset']}, peak lr {run['lr']}, warm-up {run.get('warmup', 0.1):.0%}, "
+                     f"init gain {run.get('init_gain', 1.0):g}", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -29,6 +29,7 @@ WHAT = {
     "sanitize": "compute-sanitizer memcheck/racecheck/synccheck on GEMM, sketch, Performer, padded-rank, stream tests",
     "bench": "bench/test_bench_gpu.py, test_bench_ranks.py -k gpu, test_bench_performer.py -k cuda (gate open)",
     "llm": "bench/llm_speed.py --preset gpu (gate open)",
+    "pretrain": "bench/pretrain.py --preset gpu: CoLA pretraining, time to quality (gate open)",
     "profile": "bench/gpu/where_time_goes.py",
     "host": "bench/gpu/host_profile.py",
     "collect": "collect the GPU tests and benchmarks (DRY_RUN only)",

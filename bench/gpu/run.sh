@@ -14,7 +14,8 @@
 #
 # Gated paths (CUDA code not yet verified on a GPU, sketchcore.gated_paths()): the tests step runs
 # the GPU tests twice, with SKETCHCORE_CUDA_UNVERIFIED=0 (the defaults) and =1 (every gated path);
-# the sanitize, bench and llm steps run with them open (GATE=0 closes them), and say so in their logs.
+# the sanitize, bench, llm and pretrain steps run with them open (GATE=0 closes them), and say so in
+# their logs.
 #
 # Wheels the machine lacks (scipy-openblas32 for its Python) are installed from .whl/ in the
 # repository root, filled beforehand on a machine with PyPI by bench/gpu/fetch_wheels.sh
@@ -32,10 +33,10 @@ python=${PYTHON:-python3}
 dry=${DRY_RUN:-0}
 default_steps="wheels facts build tests"
 [ "${CPU_SUITE:-1}" = 1 ] && default_steps+=" cpu_suite"
-default_steps+=" sanitize bench llm profile"
+default_steps+=" sanitize bench llm pretrain profile"
 [ "$dry" = 1 ] && default_steps+=" collect llm_plan"
 steps=${STEPS:-$default_steps}
-all_steps="facts wheels build tests cpu_suite sanitize bench llm profile host collect llm_plan"
+all_steps="facts wheels build tests cpu_suite sanitize bench llm pretrain profile host collect llm_plan"
 for name in $steps; do
   [[ " $all_steps " == *" $name "* ]] || { echo "unknown step '$name' ($all_steps)"; exit 2; }
 done
@@ -232,6 +233,10 @@ llm() {  # issue 38: the LLaMA-shaped model, dense vs compressed, prefill/train/
   "$python" bench/llm_speed.py --preset gpu --rounds 3 --out "$out/llm-speed-$date_tag"
 }
 
+pretrain() {  # issue 47: time to quality of CoLA pretraining, the gpu preset (sized to one device command)
+  "$python" bench/pretrain.py --preset gpu --out "$out/gpu-pretrain-$date_tag"
+}
+
 profile() {
   "$python" bench/gpu/where_time_goes.py
 }
@@ -249,7 +254,8 @@ llm_plan() {
 }
 
 export python out dry date_tag gate
-export -f facts wheels build gpu_pass tests cpu_suite sanitize with_gate bench llm profile host collect llm_plan
+export -f facts wheels build gpu_pass tests cpu_suite sanitize with_gate bench llm pretrain profile host collect \
+  llm_plan
 
 for name in $steps; do
   case $name in
@@ -257,7 +263,7 @@ for name in $steps; do
     wheels) step wheels wheels; export PYTHONPATH=/tmp/sketchcore-site${PYTHONPATH:+:$PYTHONPATH} ;;
     build|tests|cpu_suite|sanitize|profile|host)
       if has_gpu; then step "$name" "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
-    bench|llm)
+    bench|llm|pretrain)
       if has_gpu; then step "$name" with_gate "$name"; else skip "$name" "no GPU here (DRY_RUN=$dry)"; fi ;;
     collect|llm_plan) step "$name" "$name" ;;
   esac

@@ -98,3 +98,74 @@ def test_peak_memory_runs_in_a_fresh_process_with_a_fixed_mapping_threshold():
     assert done.returncode == 2 and "MALLOC_MMAP_THRESHOLD_: expected 131072" in done.stderr
     with pytest.raises(RuntimeError, match="row 'nonsense' failed"):
         pretrain_memory.measure("quick", "nonsense")
+
+
+def test_the_recipe_options_repeat_the_rows_for_every_combination(monkeypatch, tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import pretrain
+    monkeypatch.setattr(pretrain, "measure_peak_memory", lambda preset, row: 100.0)
+    runs = pretrain.run("quick", ["dense", "cola_sketchcore"], [3e-3], [], (0.0, 0.5), (1.0, 4.0))["runs"]
+    assert [(r["warmup"], r["init_gain"]) for r in runs] == [(0.0, 1.0), (0.0, 4.0), (0.5, 1.0), (0.5, 4.0)]
+    loss = {(r["warmup"], r["init_gain"]): {row: t["final_val_loss"] for row, t in r["equal_tokens"].items()}
+            for r in runs}
+    # The gain changes only the low-rank factors: dense trains the same; the warm-up changes both.
+    # (approx: the BLAS may round differently between two allocations of the same model)
+    assert loss[(0.0, 1.0)]["dense"] == pytest.approx(loss[(0.0, 4.0)]["dense"], rel=1e-5)
+    assert abs(loss[(0.0, 1.0)]["dense"] - loss[(0.5, 1.0)]["dense"]) > 1e-4
+    assert abs(loss[(0.0, 1.0)]["cola_sketchcore"] - loss[(0.0, 4.0)]["cola_sketchcore"]) > 1e-4
+    for r in runs:
+        assert all(t["warmup"] == r["warmup"] and t["init_gain"] == r["init_gain"] for t in r["equal_tokens"].values())
+    from pretrain_report import markdown
+    assert "## Peak learning rate 0.003, warm-up 50% of the steps, init gain 4" in markdown(
+        {**{"preset": "quick", "config": pretrain.PRESETS["quick"], "machine": "m", "torch": "t", "threads": 1},
+         "corpus": {"source": "s", "python": "p", "root": "r", "files": 1, "train_bytes": 1, "validation_bytes": 1,
+                    "sha256": "h"}, "runs": runs})
+
+
+@pytest.mark.parametrize(("share", "steps", "expected"), [
+    (0.1, 489, [i / 48 for i in range(1, 49)]),  # steps // 10 warm-up steps, as before the option
+    (0.0, 10, []),  # none: the first step already at the peak
+    (0.3, 10, [1 / 3, 2 / 3, 1.0]),
+])
+def test_learning_rate_warms_up_over_the_share_then_decays_to_a_tenth(share, steps, expected):
+    sys.path.insert(0, str(SCRIPT.parent))
+    from pretrain import learning_rate
+    rates = [learning_rate(step, steps, 2.0, share) / 2.0 for step in range(steps)]
+    assert rates[:len(expected)] == pytest.approx(expected)
+    assert rates[len(expected)] == pytest.approx(1.0)  # the cosine starts at the peak
+    assert rates[-1] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * (steps - len(expected) - 1)
+                                                               / (steps - len(expected)))))
+    assert all(a >= b for a, b in zip(rates[len(expected):], rates[len(expected) + 1:]))
+
+
+def test_init_gain_scales_the_low_rank_product_and_leaves_dense_alone():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import torch
+    from pretrain import PRESETS
+    from pretrain_models import build
+    plain, scaled = (build("cola_torch", PRESETS["quick"], 7, gain) for gain in (1.0, 4.0))
+    down = [m.down.weight for m in plain.modules() if hasattr(m, "down")]
+    assert down and all(torch.equal(2 * a, b) for a, b in
+                        zip(down, [m.down.weight for m in scaled.modules() if hasattr(m, "down")]))
+    dense = [build("dense", PRESETS["quick"], 7, gain).state_dict() for gain in (1.0, 4.0)]
+    assert all(torch.equal(dense[0][k], dense[1][k]) for k in dense[0])
+
+
+@pytest.mark.parametrize("arguments", [["--warmup", "1.0"], ["--warmup", "-0.1"], ["--init-gain", "0"]])
+def test_recipe_options_refuse_values_out_of_range(arguments):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--preset", "quick", *arguments], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--warmup: expected shares in [0, 1), --init-gain: expected positive gains" in done.stderr
+
+
+def test_the_gpu_preset_has_the_cpu_presets_structure_and_reads_its_text_at_most_once():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from pretrain import PRESETS
+    from pretrain_data import load_corpus
+    gpu, cpu = PRESETS["gpu"], PRESETS["cpu"]
+    assert set(gpu) - {"autocast"} == set(cpu) and gpu["device"] == "cuda"
+    assert gpu["hidden"] > cpu["hidden"] and gpu["layers"] > cpu["layers"]  # "larger"
+    tokens = gpu["steps"] * gpu["batch"] * gpu["length"]
+    assert tokens > cpu["steps"] * cpu["batch"] * cpu["length"]
+    assert tokens <= load_corpus(gpu["corpus_bytes"]).train.numel()  # under one pass over the text (this Python)

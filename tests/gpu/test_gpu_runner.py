@@ -13,7 +13,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "bench" / "gpu" / "run.sh"
-DEFAULT = ["wheels", "facts", "build", "tests", "cpu_suite", "sanitize", "bench", "llm", "profile"]
+DEFAULT = ["wheels", "facts", "build", "tests", "cpu_suite", "sanitize", "bench", "llm", "pretrain", "profile"]
 ROW = re.compile(r"^(\w+)\s+(\d+)\s+(\d+)\s+(\d+)  (.*)$")
 
 
