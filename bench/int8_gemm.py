@@ -24,7 +24,9 @@ The GEMMs alone: ``sketchcore._int8._gemm_for_bench`` (a private hook) times eac
 products by itself on the same data, round by round beside the others: activations quantized
 beforehand (untimed), int32 sums dequantized to float32 (timed); the second product on the first
 one's output. Their MAC/s over the peak is what the GEMM kernels reach; the rest of the call is
-quantizing x, requantizing the intermediate and the output's allocation.
+quantizing x, requantizing the intermediate and the output's allocation. Beside them, in the same
+rounds, torch's ``torch._int_mm`` (oneDNN's int8 GEMM, int32 sums, nothing dequantized) on the same
+shapes: what the vendor's library reaches on this machine.
 Results go to stdout as Markdown (and JSON with --json).
 """
 from __future__ import annotations
@@ -159,6 +161,14 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
         z, _ = _int8._gemm_for_bench(x, S, 1)  # the second product's activations: the first one's output
         gemms = {"gemm1": lambda: _int8._gemm_for_bench(x, S, repeats)[1],
                  "gemm2": lambda: _int8._gemm_for_bench(z, U, repeats)[1]}
+        # The vendor's int8 GEMM on the same shapes (oneDNN's, int32 sums without dequantization):
+        # what the machine gives a library that is not ours.
+        codes = [torch.from_numpy(np.ascontiguousarray(a)) for a in
+                 (np.clip(np.rint(x / np.abs(x).max() * 127), -127, 127).astype(np.int8), S.q,
+                  np.clip(np.rint(np.asarray(z) / np.abs(z).max() * 127), -127, 127).astype(np.int8), U.q)]
+        if _int_mm_runs(codes[0], codes[1]):
+            gemms["torch_int_mm1"] = lambda: [timed(lambda: torch._int_mm(codes[0], codes[1]), repeats)]
+            gemms["torch_int_mm2"] = lambda: [timed(lambda: torch._int_mm(codes[2], codes[3]), repeats)]
         times: dict[str, list[float]] = {name: [] for name in (*calls, *gemms)}
         for _ in range(rounds):
             for name, call in calls.items():
@@ -174,8 +184,21 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
             "seconds": {name: summary(v) for name, v in times.items()}, "ratios": ratios,
             "int8_macs_per_second": macs / statistics.median(times["int8"]),
             "gemms_alone_macs_per_second": macs / (statistics.median(times["gemm1"]) + statistics.median(times["gemm2"])),
+            "torch_int_mm_macs_per_second": (macs / (statistics.median(times["torch_int_mm1"])
+                                                     + statistics.median(times["torch_int_mm2"]))
+                                             if "torch_int_mm1" in times else None),
             "int8_macs_per_cpu_second_one_thread": one_thread,
             "relative_error_vs_float64_unquantized": errors}
+
+
+def _int_mm_runs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether this torch has a CPU ``torch._int_mm`` for these operands (it is private and has
+    had shape limits)."""
+    try:
+        torch._int_mm(a, b)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def peak_of(isa: str, threads: int) -> dict:
@@ -246,14 +269,19 @@ def gemms_alone(report: dict) -> list[str]:
     peak = report["peak"]["all_threads"]
     lines = ["", f"The GEMMs alone (`_int8._gemm_for_bench`, median µs over rounds; peak as above, "
              f"`{report['peak']['isa']}`, {peak / 1e9:.1f} G MAC/s):", "",
-             "| rows | d_in → r → d_out | GEMM 1 µs | GEMM 2 µs | GEMMs / call time | GEMMs alone / peak | call / peak |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+             "| rows | d_in → r → d_out | GEMM 1 µs | GEMM 2 µs | GEMMs / call time | GEMMs alone / peak | call / peak "
+             "| torch `_int_mm` (oneDNN) 1 + 2 µs | `_int_mm` / peak |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["results"]:
         s = r["seconds"]
         gemm1, gemm2, call = s["gemm1"]["median"], s["gemm2"]["median"], s["int8"]["median"]
+        vendor = r.get("torch_int_mm_macs_per_second")
+        vendor_cells = (f"{(s['torch_int_mm1']['median'] + s['torch_int_mm2']['median']) * 1e6:.1f} | "
+                        f"{vendor / peak:.2f}" if vendor else "– | –")
         lines.append(f"| {r['rows']} | {r['d_in']} → {r['rank']} → {r['d_out']} | {gemm1 * 1e6:.1f} | "
                      f"{gemm2 * 1e6:.1f} | {(gemm1 + gemm2) / call:.2f} | "
-                     f"{r['gemms_alone_macs_per_second'] / peak:.2f} | {r['int8_macs_per_second'] / peak:.2f} |")
+                     f"{r['gemms_alone_macs_per_second'] / peak:.2f} | {r['int8_macs_per_second'] / peak:.2f} | "
+                     f"{vendor_cells} |")
     return lines
 
 
