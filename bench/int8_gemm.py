@@ -163,9 +163,7 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
                  "gemm2": lambda: _int8._gemm_for_bench(z, U, repeats)[1]}
         # The vendor's int8 GEMM on the same shapes (oneDNN's, int32 sums without dequantization):
         # what the machine gives a library that is not ours.
-        codes = [torch.from_numpy(np.ascontiguousarray(a)) for a in
-                 (np.clip(np.rint(x / np.abs(x).max() * 127), -127, 127).astype(np.int8), S.q,
-                  np.clip(np.rint(np.asarray(z) / np.abs(z).max() * 127), -127, 127).astype(np.int8), U.q)]
+        codes = [torch.from_numpy(np.ascontiguousarray(a)) for a in (_int8_codes(x), S.q, _int8_codes(z), U.q)]
         if _int_mm_runs(codes[0], codes[1]):
             gemms["torch_int_mm1"] = lambda: [timed(lambda: torch._int_mm(codes[0], codes[1]), repeats)]
             gemms["torch_int_mm2"] = lambda: [timed(lambda: torch._int_mm(codes[2], codes[3]), repeats)]
@@ -189,6 +187,13 @@ def bench_shape(rows: int, d_in: int, rank: int, d_out: int, rounds: int, rng: n
                                              if "torch_int_mm1" in times else None),
             "int8_macs_per_cpu_second_one_thread": one_thread,
             "relative_error_vs_float64_unquantized": errors}
+
+
+def _int8_codes(a) -> np.ndarray:
+    """`a` as symmetric int8 codes of one scale (operands for the vendor's GEMM; only their
+    shape and range matter to its time)."""
+    a = np.asarray(a)
+    return np.clip(np.rint(a / np.abs(a).max() * 127), -127, 127).astype(np.int8)
 
 
 def _int_mm_runs(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meters import PeakMemory  # noqa: E402
 from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
 from pretrain_memory import measure as measure_peak_memory  # noqa: E402
-from pretrain_models import ROWS, build, learnable_parameters  # noqa: E402
+from pretrain_models import INIT_GAIN, ROWS, WARMUP, build, learnable_parameters  # noqa: E402
 from pretrain_saved import kept_storages, largest, saved_activation_bytes  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -77,10 +77,6 @@ PRESETS: dict[str, dict[str, Any]] = {
             "equal_time_rows": ["cola_sketchcore"], "row_steps": {"cola_sketchcore_memory": 30}},
 }
 SEED = 1234
-
-
-#: The recipe's defaults: the warm-up's share of the steps and the factors' initial scale.
-WARMUP, INIT_GAIN = 0.1, 1.0
 
 
 def learning_rate(step: int, steps: int, peak: float, warmup_share: float = WARMUP) -> float:

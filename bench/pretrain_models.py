@@ -23,6 +23,9 @@ from torch import nn
 from sketchcore.torch import LowRankLinear, sketch_model
 
 ROWS = ("dense", "cola_sketchcore", "cola_sketchcore_memory", "cola_torch", "lowrank", "sklinear")
+#: The recipe's defaults (bench/pretrain.py): the warm-up's share of the steps, and the gain on the
+#: low-rank factors' product at initialisation.
+WARMUP, INIT_GAIN = 0.1, 1.0
 #: The model's layers that stay dense in every row (CoLA keeps embeddings and the output head dense).
 KEEP_DENSE = ["lm_head"]
 
@@ -68,7 +71,7 @@ def _scale_factors(model: nn.Module, gain: float) -> None:
                     module.U.mul_(gain ** 0.5)
 
 
-def build(row: str, preset: dict[str, Any], seed: int, init_gain: float = 1.0) -> nn.Module:
+def build(row: str, preset: dict[str, Any], seed: int, init_gain: float = INIT_GAIN) -> nn.Module:
     """The model of `row`, its dense parts drawn from `seed` (the same in every row); the low-rank
     rows' factors each scaled by √init_gain after sketch_model draws them (their product by
     init_gain; the recipe's sensitivity)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pretrain_models import INIT_GAIN, WARMUP
+
 
 def markdown(results: dict[str, Any]) -> str:
     corpus, config = results["corpus"], results["config"]
@@ -17,8 +19,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"{corpus['train_bytes']:,} training and {corpus['validation_bytes']:,} validation bytes, "
              f"sha256 {corpus['sha256']}.", ""]
     for run in results["runs"]:
-        lines += [f"## Peak learning rate {run['lr']}, warm-up {run.get('warmup', 0.1):.0%} of the steps, "
-                  f"init gain {run.get('init_gain', 1.0):g}", "",
+        lines += [f"## Peak learning rate {run['lr']}, warm-up {run.get('warmup', WARMUP):.0%} of the steps, "
+                  f"init gain {run.get('init_gain', INIT_GAIN):g}", "",
                   "| row | params | tokens/s | × dense | peak MiB | × dense | saved activations MiB | × dense "
                   "| val loss, equal tokens (steps) | × dense | dense's val loss in the row's time (steps) | row × that |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -82,8 +84,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
                         color=line.get_color(), label=f"dense in {row}'s time")
         ax.set_xlabel("training seconds")
         ax.set_ylabel("validation loss (nats per byte)")
-        ax.set_title(f"preset {results['preset']}, peak lr {run['lr']}, warm-up {run.get('warmup', 0.1):.0%}, "
-                     f"init gain {run.get('init_gain', 1.0):g}", fontsize=9)
+        ax.set_title(f"preset {results['preset']}, peak lr {run['lr']}, warm-up {run.get('warmup', WARMUP):.0%}, "
+                     f"init gain {run.get('init_gain', INIT_GAIN):g}", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -100,7 +100,7 @@ def test_peak_memory_runs_in_a_fresh_process_with_a_fixed_mapping_threshold():
         pretrain_memory.measure("quick", "nonsense")
 
 
-def test_the_recipe_options_repeat_the_rows_for_every_combination(monkeypatch, tmp_path):
+def test_the_recipe_options_repeat_the_rows_for_every_combination(monkeypatch):
     sys.path.insert(0, str(SCRIPT.parent))
     import pretrain
     monkeypatch.setattr(pretrain, "measure_peak_memory", lambda preset, row: 100.0)
