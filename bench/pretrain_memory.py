@@ -45,7 +45,7 @@ def _peak_of_training(preset_name: str, row: str, steps: int) -> float:
     from sketchcore.torch import low_rank_activations
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from meters import PeakMemory
-    from pretrain import PRESETS, SEED, _step
+    from pretrain import PRESETS, SEED, _step, make_optimizer
     from pretrain_data import batches, load_corpus
     from pretrain_models import build
 
@@ -53,7 +53,7 @@ def _peak_of_training(preset_name: str, row: str, steps: int) -> float:
     corpus = load_corpus(preset["corpus_bytes"])
     generator = torch.Generator().manual_seed(SEED)
     model = build(row, preset, SEED)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    optimizer = make_optimizer(model, preset["lr"])
     memory_mode = low_rank_activations if row.endswith("_memory") else contextlib.nullcontext
     meter = PeakMemory(torch.device("cpu"))
     meter.start(model)

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "pretrain.py"
-ROWS = ("dense", "cola_sketchcore", "cola_sketchcore_memory", "cola_torch", "lowrank", "sklinear")
+ROWS = ("dense", "cola_sketchcore", "cola_torch", "cola_sketchcore_memory", "lowrank", "sklinear")
 
 
 def test_quick_preset(tmp_path):
@@ -169,3 +169,15 @@ def test_the_gpu_preset_has_the_cpu_presets_structure_and_reads_its_text_at_most
     tokens = gpu["steps"] * gpu["batch"] * gpu["length"]
     assert tokens > cpu["steps"] * cpu["batch"] * cpu["length"]
     assert tokens <= load_corpus(gpu["corpus_bytes"]).train.numel()  # under one pass over the text (this Python)
+
+
+def test_every_row_trains_with_the_recipes_fused_adamw():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import torch
+    from pretrain import make_optimizer
+    optimizer = make_optimizer(torch.nn.Linear(4, 3), 2e-3)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.defaults["fused"] is True and optimizer.defaults["betas"] == (0.9, 0.95)
+    assert optimizer.defaults["weight_decay"] == 0.0 and optimizer.defaults["lr"] == 2e-3
+    source = (SCRIPT.parent / "pretrain_memory.py").read_text()  # the memory processes train with it too
+    assert "make_optimizer(model" in source and "AdamW(" not in source
