@@ -4,14 +4,15 @@ host's e4m3 encoding, the e4m3 factor, per-column weight quantization, and the p
 which runs on CUDA devices of compute capability 8.9 or newer only, behind the gated path
 ``cuda_fp8_factors``. Arrays arrive through DLPack (no copy); the C++ core runs with the GIL
 released; C++ errors come back as Python exceptions."""
-from libc.stdint cimport int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_device
+from sketchcore._dlpack cimport ImportedTensor, is_torch_tensor
 from sketchcore._framework_gemm cimport _stream_of
+from sketchcore._ops cimport _enter, _import
 from sketchcore._sketchcore cimport Activation, Epilogue
 
-from sketchcore import _cuda, _framework
+from sketchcore import _framework
 from sketchcore._int8 import _as_numpy
 
 import numpy
@@ -256,16 +257,6 @@ cdef Fp8Factor _factor(obj, str name):
     return <Fp8Factor>obj
 
 
-cdef ImportedTensor _import(obj, str name, bint for_writing, object stream):
-    """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
-    cdef int device
-    if stream is not None:
-        device = torch_device(obj)
-        if device >= 0 or (device == -2 and _framework.is_cuda_array(obj)):
-            return import_array(obj, name, for_writing, stream if stream != 0 else 1)  # DLPack's legacy stream: 1
-    return import_array(obj, name, for_writing)
-
-
 def fp8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activation=None, out=None):
     """The sketched GEMM with e4m3 factors and activations quantized per row to e4m3, on a CUDA
     device of compute capability 8.9 or newer (Ada, Hopper).
@@ -335,9 +326,7 @@ def fp8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activati
     if ot.is_copy:
         raise ValueError("fp8_sketched_matmul: out: expected the array's own memory, "
                          "got a copy made by its DLPack producer")
-    if stream is not None:  # a CUDA call: the core runs on the framework's current stream
-        _cuda.preload_cublaslt()
-        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
+    _enter(x, stream)  # the call's CUDA stream, or for a CPU call no stream left from an earlier one
     with nogil:
         core.fp8_sketched_matmul(xt.view, s.factor[0], u.factor[0], ot.view, epilogue)
     return out

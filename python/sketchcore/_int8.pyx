@@ -3,16 +3,17 @@
 int8 factor, per-column weight quantization, and the product itself. x arrives through DLPack
 (no copy; a CUDA array on its framework's current stream); the C++ core runs with the GIL
 released; C++ errors come back as Python exceptions."""
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
-from sketchcore._dlpack cimport ImportedTensor, import_array, is_torch_tensor, torch_device
+from sketchcore._dlpack cimport ImportedTensor, is_torch_tensor
 from sketchcore._framework_gemm cimport _stream_of
+from sketchcore._ops cimport _enter, _import
 from sketchcore._sketchcore cimport Activation, Epilogue
 
-from sketchcore import _cuda, _framework
+from sketchcore import _framework
 
 import numpy
 
@@ -196,16 +197,6 @@ cdef Int8Factor _factor(obj, str name):
     return <Int8Factor>obj
 
 
-cdef ImportedTensor _import(obj, str name, bint for_writing, object stream):
-    """Borrows `obj`; a CUDA array is asked to be ready on `stream` (the call's stream)."""
-    cdef int device
-    if stream is not None:
-        device = torch_device(obj)
-        if device >= 0 or (device == -2 and _framework.is_cuda_array(obj)):
-            return import_array(obj, name, for_writing, stream if stream != 0 else 1)  # DLPack's legacy stream: 1
-    return import_array(obj, name, for_writing)
-
-
 def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activation=None, out=None):
     """The sketched GEMM with int8 factors and dynamically quantized activations.
 
@@ -288,9 +279,7 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     if ot.is_copy:
         raise ValueError("int8_sketched_matmul: out: expected the array's own memory, "
                          "got a copy made by its DLPack producer")
-    if stream is not None:  # a CUDA call: the core runs on the framework's current stream
-        _cuda.preload_cublaslt()
-        core.set_thread_execution(<uintptr_t>stream, _cuda.get_allow_tf32(), NULL, _cuda.get_gemm_tuning())
+    _enter(x, stream)  # the call's CUDA stream, or for a CPU call no stream left from an earlier one
     with nogil:
         core.int8_sketched_matmul(xt.view, s.factor[0], u.factor[0], ot.view, epilogue)
     return out
