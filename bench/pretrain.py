@@ -12,7 +12,7 @@ size and a SHA-256 go into the results). Models: bench/pretrain_models.py. Every
 the same seed and sees the same batches.
 
 Per row: training tokens/s (the median of training steps timed side by side with the other rows,
-round by round in a rotating order, after training, so that the machine's load changes every row
+round by round in balanced orders, after training, so that the machine's load changes every row
 alike; the ratios to dense per round: median, min, max), peak training memory (on the CPU in a
 fresh process per row, bench/pretrain_memory.py), the validation loss at equal tokens (every row
 trains ``steps`` steps) and at equal wall-clock (dense trains again with as many steps as fit in
@@ -62,7 +62,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # fewest with >= 1M tokens: 1,001,472 per row).
     "cpu": {"hidden": 384, "intermediate": 1024, "layers": 4, "heads": 6, "length": 128, "batch": 16, "steps": 489,
             "eval_every": 82, "val_batches": 8, "corpus_bytes": 8_000_000, "lr": 3e-3, "device": "cpu",
-            "timing_rounds": 16,
+            "timing_rounds": 18,  # three times each of the six rows' balanced orders
             # Within the preset's 30 minutes: dense trains again only in the time of the row the
             # equal-time target is about, and the memory mode (the same gradients) trains 30 steps.
             "equal_time_rows": ["cola_sketchcore"], "row_steps": {"cola_sketchcore_memory": 30}},
@@ -175,17 +175,36 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch
     return time.perf_counter() - start, loss
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of n items in which every item comes right after every other one equally often
+    (Williams' balanced Latin square: n orders for even n, 2n for odd n), and first and last
+    equally often. A rotated order would put each item after the same one in every round."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    orders = [[(item + shift) % n for item in first] for shift in range(n)]
+    return orders if n % 2 == 0 else orders + [order[::-1] for order in orders]
+
+
 def interleaved_throughput(results: dict[str, dict[str, Any]], preset: dict[str, Any], corpus: Any) -> None:
     """Times training steps of the trained rows side by side: round by round, one step of each row
-    on the same batch, in an order rotated every round, so that a change in the machine's load
-    shows in every row alike (rows trained one after the other do not share it). Sets each row's
-    tokens/s from its median step and the per-round ratios to dense (median, min, max)."""
+    on the same batch, so that a change in the machine's load shows in every row alike (rows
+    trained one after the other do not share it). The rounds cycle through balanced orders: a
+    step's time depends on the step before it (the CPU's caches and the allocator's state after a
+    larger model), and in a rotated order every row would always follow the same row (the fused
+    CoLA row dense, its peer the fused row). Sets each row's tokens/s from its median step and the
+    per-round ratios to dense (median, min, max)."""
     generator = torch.Generator().manual_seed(SEED + 7)
     rows = list(results)
+    orders = balanced_orders(len(rows))
     times: dict[str, list[float]] = {row: [] for row in rows}
     for i in range(preset["timing_rounds"]):
         batch = batches(corpus.train, preset["batch"], preset["length"], generator).to(preset["device"])
-        for row in rows[i % len(rows):] + rows[:i % len(rows)]:
+        for row in (rows[j] for j in orders[i % len(orders)]):
             model, optimizer, memory_mode = results[row]["_state"]
             times[row].append(_step(model, optimizer, batch, 1e-5, memory_mode)[0])
     tokens_per_step = preset["batch"] * preset["length"]

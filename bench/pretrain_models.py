@@ -22,9 +22,6 @@ from torch import nn
 
 from sketchcore.torch import LowRankLinear, sketch_model
 
-#: In this order the fused CoLA row and its plain-torch peer are timed one right after the other in
-#: every side-by-side round but one (bench/pretrain.py rotates the order): their ratio, the peer
-#: target's, sees the least change in the machine's load.
 ROWS = ("dense", "cola_sketchcore", "cola_torch", "cola_sketchcore_memory", "lowrank", "sklinear")
 #: The recipe's defaults (bench/pretrain.py): the warm-up's share of the steps, and the gain on the
 #: low-rank factors' product at initialisation.

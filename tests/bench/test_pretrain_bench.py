@@ -181,3 +181,18 @@ def test_every_row_trains_with_the_recipes_fused_adamw():
     assert optimizer.defaults["weight_decay"] == 0.0 and optimizer.defaults["lr"] == 2e-3
     source = (SCRIPT.parent / "pretrain_memory.py").read_text()  # the memory processes train with it too
     assert "make_optimizer(model" in source and "AdamW(" not in source
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_timing_orders_put_every_row_after_every_other_equally_often(n):
+    sys.path.insert(0, str(SCRIPT.parent))
+    from collections import Counter
+
+    from pretrain import balanced_orders
+    orders = balanced_orders(n)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    follows = Counter((a, b) for order in orders for a, b in zip(order, order[1:]))
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert sorted(follows) == sorted(pairs) and len(set(follows.values())) <= 1  # each pair equally often
+    assert len(set(Counter(order[0] for order in orders).values())) == 1  # and each row first equally often
