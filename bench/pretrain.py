@@ -194,7 +194,7 @@ def interleaved_throughput(results: dict[str, dict[str, Any]], preset: dict[str,
     """Times training steps of the trained rows side by side: round by round, one step of each row
     on the same batch, so that a change in the machine's load shows in every row alike (rows
     trained one after the other do not share it). The rounds cycle through balanced orders: a
-    step's time depends on the step before it (the CPU's caches and the allocator's state after a
+    step's time can depend on the step before it (the CPU's caches, the allocator's state after a
     larger model), and in a rotated order every row would always follow the same row (the fused
     CoLA row dense, its peer the fused row). Sets each row's tokens/s from its median step and the
     per-round ratios to dense (median, min, max)."""
