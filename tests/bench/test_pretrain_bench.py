@@ -196,3 +196,4 @@ def test_timing_orders_put_every_row_after_every_other_equally_often(n):
     pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
     assert sorted(follows) == sorted(pairs) and len(set(follows.values())) <= 1  # each pair equally often
     assert len(set(Counter(order[0] for order in orders).values())) == 1  # and each row first equally often
+    assert len(set(Counter(order[-1] for order in orders).values())) == 1  # and last
