@@ -40,7 +40,7 @@ from sketchcore._gates import (  # noqa: E402
     gated_paths,
     set_gated_path,
 )
-from sketchcore._int8 import Int8Factor, int8_sketched_matmul, quantize_int8  # noqa: E402
+from sketchcore._int8 import Int8Factor, int8_matmul, int8_sketched_matmul, quantize_int8  # noqa: E402
 from sketchcore._fp8 import Fp8Factor, e4m3_decode, e4m3_encode, fp8_sketched_matmul, quantize_e4m3  # noqa: E402
 from sketchcore._ops import sketched_matmul, sketched_matmul_backward  # noqa: E402
 from sketchcore._performer import performer_attention, performer_attention_backward  # noqa: E402
@@ -95,6 +95,7 @@ __all__ = [
     "gated_path",
     "gated_path_enabled",
     "gated_paths",
+    "int8_matmul",
     "int8_sketched_matmul",
     "get_allow_tf32",
     "get_cpu_blas",

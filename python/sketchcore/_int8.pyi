@@ -30,6 +30,16 @@ def int8_sketched_matmul(
     inner_activation: Activation | None = None,
     out: ArrayT | None = None,
 ) -> ArrayT: ...
+def int8_matmul(
+    x: ArrayT,
+    W: Int8Factor,
+    *,
+    bias: Any | None = None,
+    activation: Activation | None = None,
+    scale: float = 1.0,
+    inner_activation: Literal["none"] | None = None,
+    out: ArrayT | None = None,
+) -> ArrayT: ...
 def int8_gemm_isa() -> Int8Isa: ...
 def set_int8_gemm_isa(name: Int8Isa) -> None: ...
 def int8_gemm_isa_supported(name: str) -> bool: ...

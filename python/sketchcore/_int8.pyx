@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""Bindings of the int8 sketched GEMM (src/cpp/include/sketchcore/int8_matmul.hpp): the packed
-int8 factor, per-column weight quantization, and the product itself. x arrives through DLPack
+"""Bindings of the int8 GEMMs (src/cpp/include/sketchcore/int8_matmul.hpp): the packed int8
+factor, per-column weight quantization, the sketched product and the full-rank one. x arrives through DLPack
 (no copy; a CUDA array on its framework's current stream); the C++ core runs with the GIL
 released; C++ errors come back as Python exceptions."""
 from libc.stdint cimport int64_t
@@ -9,6 +9,7 @@ from libcpp.vector cimport vector
 
 from sketchcore cimport _sketchcore as core
 from sketchcore._dlpack cimport ImportedTensor, is_torch_tensor
+from sketchcore._epilogue cimport _real
 from sketchcore._framework_gemm cimport _stream_of
 from sketchcore._ops cimport _enter, _import
 from sketchcore._sketchcore cimport Activation, Epilogue
@@ -179,22 +180,62 @@ def quantize_int8(w):
     return q, scale
 
 
-cdef Activation _activation(value, str name) except *:
+cdef Activation _activation(value, str name, str op) except *:
     if value is None:
         value = "none"
     if not isinstance(value, str):
-        raise TypeError(f"int8_sketched_matmul: {name}: expected a str such as 'relu' or None, "
-                        f"got {type(value).__name__}")
+        raise TypeError(f"{op}: {name}: expected a str such as 'relu' or None, got {type(value).__name__}")
     code = _ACTIVATION_CODES.get(value)
     if code is None:
-        raise ValueError(f"int8_sketched_matmul: {name}: expected one of {tuple(_ACTIVATION_CODES)}, got {value!r}")
+        raise ValueError(f"{op}: {name}: expected one of {tuple(_ACTIVATION_CODES)}, got {value!r}")
     return <Activation><int>code
 
 
-cdef Int8Factor _factor(obj, str name):
+cdef Int8Factor _factor(obj, str name, str op):
     if not isinstance(obj, Int8Factor):
-        raise TypeError(f"int8_sketched_matmul: {name}: expected an Int8Factor, got {type(obj).__name__}")
+        raise TypeError(f"{op}: {name}: expected an Int8Factor, got {type(obj).__name__}")
     return <Int8Factor>obj
+
+
+cdef _run(str op, x, Int8Factor first, Int8Factor second, bias, out, Epilogue& epilogue):
+    """The shared body of both products: imports x, bias and out (allocating out in x's framework
+    when not given), then runs the core with the GIL released. `second` None: the full-rank
+    int8_matmul with W = `first`; else int8_sketched_matmul with S = `first`, U = `second`."""
+    if is_torch_tensor(x) and x.requires_grad:
+        x = x.detach()  # inference only: the int8 products have no backward
+    stream = _stream_of(x)
+    cdef ImportedTensor xt = _import(x, "x", False, stream)
+    cdef ImportedTensor bt
+    if bias is not None:
+        if is_torch_tensor(bias) and bias.requires_grad:
+            bias = bias.detach()
+        bt = _import(bias, "bias", False, stream)
+        epilogue.bias = bt.view
+    if second is None:
+        shape = tuple(core.int8_matmul_output_shape(xt.view, first.factor[0]))
+    else:
+        shape = tuple(core.int8_sketched_matmul_output_shape(xt.view, first.factor[0], second.factor[0]))
+    cdef ImportedTensor ot
+    if out is None:
+        if type(x) is numpy.ndarray:
+            out = numpy.empty(shape, dtype=numpy.float32)
+        elif is_torch_tensor(x):
+            out = x.new_empty(shape)
+        else:
+            out = _framework.empty_like(x, shape, dlpack_dtype="float32")
+    ot = _import(out, "out", True, stream)
+    if ot.read_only:
+        raise ValueError(f"{op}: out: expected a writable array, got a read-only one")
+    if ot.is_copy:
+        raise ValueError(f"{op}: out: expected the array's own memory, got a copy made by its DLPack producer")
+    _enter(x, stream)  # the call's CUDA stream, or for a CPU call no stream left from an earlier one
+    if second is None:
+        with nogil:
+            core.int8_matmul(xt.view, first.factor[0], ot.view, epilogue)
+    else:
+        with nogil:
+            core.int8_sketched_matmul(xt.view, first.factor[0], second.factor[0], ot.view, epilogue)
+    return out
 
 
 def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activation=None, out=None):
@@ -250,39 +291,69 @@ def int8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activat
     >>> int8_sketched_matmul(np.ones((1, 4), np.float32), S, U).round(4)
     array([[8., 8., 8.]], dtype=float32)
     """
-    cdef Int8Factor s = _factor(S, "S"), u = _factor(U, "U")
+    cdef str op = "int8_sketched_matmul"
+    cdef Int8Factor s = _factor(S, "S", op), u = _factor(U, "U", op)
     cdef Epilogue epilogue
-    epilogue.activation = _activation(activation, "activation")
-    epilogue.inner_activation = _activation(inner_activation, "inner_activation")
-    if is_torch_tensor(x) and x.requires_grad:
-        x = x.detach()  # inference only: the int8 product has no backward
-    stream = _stream_of(x)
-    cdef ImportedTensor xt = _import(x, "x", False, stream)
-    cdef ImportedTensor bt
-    if bias is not None:
-        if is_torch_tensor(bias) and bias.requires_grad:
-            bias = bias.detach()
-        bt = _import(bias, "bias", False, stream)
-        epilogue.bias = bt.view
-    shape = tuple(core.int8_sketched_matmul_output_shape(xt.view, s.factor[0], u.factor[0]))
-    cdef ImportedTensor ot
-    if out is None:
-        if type(x) is numpy.ndarray:
-            out = numpy.empty(shape, dtype=numpy.float32)
-        elif is_torch_tensor(x):
-            out = x.new_empty(shape)
-        else:
-            out = _framework.empty_like(x, shape, dlpack_dtype="float32")
-    ot = _import(out, "out", True, stream)
-    if ot.read_only:
-        raise ValueError("int8_sketched_matmul: out: expected a writable array, got a read-only one")
-    if ot.is_copy:
-        raise ValueError("int8_sketched_matmul: out: expected the array's own memory, "
-                         "got a copy made by its DLPack producer")
-    _enter(x, stream)  # the call's CUDA stream, or for a CPU call no stream left from an earlier one
-    with nogil:
-        core.int8_sketched_matmul(xt.view, s.factor[0], u.factor[0], ot.view, epilogue)
-    return out
+    epilogue.activation = _activation(activation, "activation", op)
+    epilogue.inner_activation = _activation(inner_activation, "inner_activation", op)
+    return _run(op, x, s, u, bias, out, epilogue)
+
+
+def int8_matmul(x, W, *, bias=None, activation=None, scale=1.0, inner_activation=None, out=None):
+    """The full-rank int8 product: one int8 GEMM on a dense weight, activations quantized per row.
+
+    Computes ``act(scale * deq(q8(x) @ W.q) + bias)``, where ``q8`` quantizes each row of ``x``
+    symmetrically (row scale ``s = max|row| / 127``, values ``row * (127 / max|row|)`` in float32
+    rounded half to even and clipped to [-127, 127]; an all-zero row gives zeros; a row with a
+    NaN or infinity gives a NaN row), the product accumulates exactly in int32, and ``deq``
+    multiplies column ``j`` by ``s * W.scale[j]`` (``scale`` folded into ``s``). The kernels are
+    those of :func:`int8_sketched_matmul` (``int8_gemm_isa()`` names the family).
+
+    Parameters
+    ----------
+    x : array of float32, shape (..., d_in)
+        NumPy, a torch tensor or another DLPack producer; any strides (read in place). On a CUDA
+        device (``bias`` and ``out`` there too) the call is one cuBLASLt int8 GEMM on the
+        framework's current stream, W copied to the device on its first call there; that path has
+        not yet run on a GPU and needs the gated path ``cuda_int8_factors`` open.
+    W : Int8Factor, shape (d_in, d_out)
+        The weight as ``x @ W`` reads it (the transpose of ``nn.Linear.weight``), one scale per
+        output column.
+    bias, activation, out
+        As for :func:`int8_sketched_matmul` (``bias`` and ``out`` with d_out = ``W.shape[1]``).
+    scale : float, optional
+        A finite factor applied before the bias (default 1).
+    inner_activation : None or "none", optional
+        Accepted so the call mirrors :func:`int8_sketched_matmul`: a full-rank product has no inner
+        product, and any other name is a ValueError naming ``inner_activation``.
+
+    Returns
+    -------
+    array
+        ``out`` if given, else a new float32 array of ``x``'s framework, ``x.shape[:-1] + (d_out,)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`int8_sketched_matmul` (``W`` in place of ``S``/``U``: not an Int8Factor, or
+        ``x.shape[-1] != W.shape[0]``), and ValueError for a non-finite scale or an inner activation.
+    RuntimeError
+        ``x`` on a CUDA device while the gated path ``cuda_int8_factors`` is closed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> W = Int8Factor(np.array([[127, 0], [0, -127]], np.int8), np.full(2, 1 / 127, np.float32))
+    >>> int8_matmul(np.array([[2.0, -2.0]], np.float32), W, bias=np.ones(2, np.float32)).round(4)
+    array([[3., 3.]], dtype=float32)
+    """
+    cdef str op = "int8_matmul"
+    cdef Int8Factor w = _factor(W, "W", op)
+    cdef Epilogue epilogue
+    epilogue.activation = _activation(activation, "activation", op)
+    epilogue.inner_activation = _activation(inner_activation, "inner_activation", op)
+    epilogue.scale = _real(scale, "scale")
+    return _run(op, x, w, None, bias, out, epilogue)
 
 
 def int8_gemm_isa():

@@ -91,6 +91,9 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
                                                       const Int8Factor& U) except +raise_py_error
     void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U, const TensorView& out,
                               const Epilogue& epilogue) except +raise_py_error
+    vector[int64_t] int8_matmul_output_shape(const TensorView& x, const Int8Factor& W) except +raise_py_error
+    void int8_matmul(const TensorView& x, const Int8Factor& W, const TensorView& out,
+                     const Epilogue& epilogue) except +raise_py_error
     string int8_gemm_isa() except +raise_py_error
     void set_int8_gemm_isa(const string& name) except +raise_py_error
     cbool int8_gemm_isa_supported(const string& name) except +raise_py_error

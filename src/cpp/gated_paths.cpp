@@ -34,8 +34,8 @@ constexpr std::array<Entry, 6> kPaths{{
      "sketched_matmul's inner (bottleneck) activation on CUDA devices; closed: sketchcore.torch runs its "
      "composite torch formula, other CUDA arrays are refused"},
     {GatedPath::cuda_int8_factors, "cuda_int8_factors",
-     "int8_sketched_matmul on CUDA devices (cuBLASLt int8 GEMMs, own quantization and epilogue kernels); "
-     "closed: int8_sketched_matmul on a CUDA array is refused"},
+     "int8_sketched_matmul and int8_matmul on CUDA devices (cuBLASLt int8 GEMMs, own quantization and epilogue "
+     "kernels); closed: int8_sketched_matmul and int8_matmul on a CUDA array are refused"},
     {GatedPath::cuda_fp8_factors, "cuda_fp8_factors",
      "fp8_sketched_matmul on CUDA devices of compute capability 8.9+ (cuBLASLt e4m3 GEMMs, own quantization "
      "and epilogue kernels); closed: fp8_sketched_matmul is refused"},

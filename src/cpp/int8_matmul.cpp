@@ -21,41 +21,89 @@ namespace sketchcore {
 namespace {
 
 constexpr const char* kOp = "int8_sketched_matmul";
+constexpr const char* kDenseOp = "int8_matmul";
 
-void check_float32_like_x(const TensorView& v, const TensorView& x, const char* name) {
+void check_float32_like_x(const char* op, const TensorView& v, const TensorView& x, const char* name) {
   if (v.device() != x.device()) {
-    detail::fail<device_error>(kOp, name, "device " + device_name(x.device()) + " (the device of x)",
+    detail::fail<device_error>(op, name, "device " + device_name(x.device()) + " (the device of x)",
                                device_name(v.device()));
   }
   if (v.dtype() != DType::float32) {
-    detail::fail<dtype_error>(kOp, name, "dtype float32", dtype_name(v.dtype()));
+    detail::fail<dtype_error>(op, name, "dtype float32", dtype_name(v.dtype()));
   }
 }
 
-void check_bias(const Epilogue& e, const TensorView& x, std::int64_t d_out) {
+void check_bias(const char* op, const Epilogue& e, const TensorView& x, std::int64_t d_out) {
   if (!e.bias) return;
-  check_float32_like_x(*e.bias, x, "bias");
+  check_float32_like_x(op, *e.bias, x, "bias");
   if (e.bias->ndim() != 1 || e.bias->size(0) != d_out) {
-    detail::fail<shape_error>(kOp, "bias", "shape (" + std::to_string(d_out) + ",)", detail::describe_shape(*e.bias));
+    detail::fail<shape_error>(op, "bias", "shape (" + std::to_string(d_out) + ",)", detail::describe_shape(*e.bias));
   }
 }
 
-void check_epilogue(const Epilogue& e) {
+void check_epilogue(const char* op, const Epilogue& e) {
   if (e.dropout_p != 0.0) {
-    detail::fail<std::invalid_argument>(kOp, "dropout_p", "0 (the int8 path has no dropout)",
+    detail::fail<std::invalid_argument>(op, "dropout_p", "0 (the int8 path has no dropout)",
                                         std::to_string(e.dropout_p));
   }
   if (!std::isfinite(e.scale)) {
-    detail::fail<std::invalid_argument>(kOp, "scale", "a finite number", std::to_string(e.scale));
+    detail::fail<std::invalid_argument>(op, "scale", "a finite number", std::to_string(e.scale));
   }
   for (const Activation a : {e.activation, e.inner_activation}) {
     bool known = false;
     for (const Activation k : all_activations()) known = known || k == a;
     if (!known) {
-      detail::fail<std::invalid_argument>(kOp, a == e.activation ? "activation" : "inner_activation",
+      detail::fail<std::invalid_argument>(op, a == e.activation ? "activation" : "inner_activation",
                                           "a known activation", "the enumerator " + std::to_string(static_cast<int>(a)));
     }
   }
+}
+
+void check_factor(const char* op, const char* name, const Int8Factor& factor) {
+  if (!factor.valid()) {
+    detail::fail<std::invalid_argument>(op, name, "a factor holding values", "a moved-from Int8Factor");
+  }
+}
+
+/// The checks of x shared by both entry points, except its last extent (each op names the factor it must match).
+void check_x(const char* op, const TensorView& x) {
+  if (x.ndim() < 1) detail::fail<shape_error>(op, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
+  if (x.dtype() != DType::float32) detail::fail<dtype_error>(op, "x", "dtype float32", dtype_name(x.dtype()));
+}
+
+void check_x_device(const char* op, const TensorView& x) {
+  if (x.device().type != DeviceType::cpu && !detail::backend_for(x.device().type)) {
+    detail::fail<device_error>(op, "x", "an array in CPU memory (this build of sketchcore has no CUDA backend)",
+                               device_name(x.device()));
+  }
+}
+
+std::string factor_shape(const Int8Factor& f) {
+  return "shape (" + std::to_string(f.rows()) + ", " + std::to_string(f.cols()) + ")";
+}
+
+/// The checks of `out`, the bias and the epilogue shared by both entry points (after the output
+/// shape was computed); returns the row stride of out.
+std::int64_t check_out_and_epilogue(const char* op, const TensorView& x, const TensorView& out,
+                                    const std::vector<std::int64_t>& shape, const Epilogue& epilogue,
+                                    std::int64_t* rows_out) {
+  check_float32_like_x(op, out, x, "out");
+  if (out.shape() != shape) {
+    detail::fail<shape_error>(op, "out", "shape " + shape_to_string(shape), detail::describe_shape(out));
+  }
+  check_bias(op, epilogue, x, shape.back());
+  check_epilogue(op, epilogue);
+  const detail::RowMatrix rows = detail::as_row_matrix(out);
+  if (!rows.row_stride || (rows.cols > 1 && rows.col_stride != 1) || (rows.rows > 1 && *rows.row_stride < rows.cols)) {
+    detail::fail<shape_error>(op, "out", "unit column stride and rows that collapse into one row stride",
+                              "strides " + shape_to_string(out.strides()));
+  }
+  if (detail::overlaps(out, x) || (epilogue.bias && detail::overlaps(out, *epilogue.bias))) {
+    detail::fail<shape_error>(op, "out", "no overlap with x or bias", "overlapping memory");
+  }
+  detail::check_addressable(op, "x", x);
+  *rows_out = rows.rows;
+  return rows.row_stride.value_or(0);
 }
 
 detail::Int8Isa parse_isa(const std::string& name) {
@@ -71,25 +119,16 @@ detail::Int8Isa parse_isa(const std::string& name) {
 
 std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
                                                             const Int8Factor& U) {
-  for (const auto& [name, factor] : {std::pair<const char*, const Int8Factor*>{"S", &S}, {"U", &U}}) {
-    if (!factor->valid()) {
-      detail::fail<std::invalid_argument>(kOp, name, "a factor holding values", "a moved-from Int8Factor");
-    }
-  }
-  if (x.ndim() < 1) detail::fail<shape_error>(kOp, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
-  if (x.dtype() != DType::float32) detail::fail<dtype_error>(kOp, "x", "dtype float32", dtype_name(x.dtype()));
+  check_factor(kOp, "S", S);
+  check_factor(kOp, "U", U);
+  check_x(kOp, x);
   if (x.size(-1) != S.rows()) {
-    detail::fail<shape_error>(kOp, "S", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])",
-                              "shape (" + std::to_string(S.rows()) + ", " + std::to_string(S.cols()) + ")");
+    detail::fail<shape_error>(kOp, "S", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])", factor_shape(S));
   }
   if (U.rows() != S.cols()) {
-    detail::fail<shape_error>(kOp, "U", std::to_string(S.cols()) + " rows (the columns of S)",
-                              "shape (" + std::to_string(U.rows()) + ", " + std::to_string(U.cols()) + ")");
+    detail::fail<shape_error>(kOp, "U", std::to_string(S.cols()) + " rows (the columns of S)", factor_shape(U));
   }
-  if (x.device().type != DeviceType::cpu && !detail::backend_for(x.device().type)) {
-    detail::fail<device_error>(kOp, "x", "an array in CPU memory (this build of sketchcore has no CUDA backend)",
-                               device_name(x.device()));
-  }
+  check_x_device(kOp, x);
   std::vector<std::int64_t> shape = x.shape();
   shape.back() = U.cols();
   return shape;
@@ -98,25 +137,36 @@ std::vector<std::int64_t> int8_sketched_matmul_output_shape(const TensorView& x,
 void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U, const TensorView& out,
                           const Epilogue& epilogue) {
   const std::vector<std::int64_t> shape = int8_sketched_matmul_output_shape(x, S, U);
-  check_float32_like_x(out, x, "out");
-  if (out.shape() != shape) {
-    detail::fail<shape_error>(kOp, "out", "shape " + shape_to_string(shape), detail::describe_shape(out));
+  std::int64_t rows = 0;
+  const std::int64_t out_row_stride = check_out_and_epilogue(kOp, x, out, shape, epilogue, &rows);
+  const detail::Int8MatmulProblem problem{x, S, U, out, epilogue, rows, S.rows(), S.cols(), U.cols(), out_row_stride};
+  detail::backend_for(x.device().type)->int8_sketched_matmul(problem);
+}
+
+std::vector<std::int64_t> int8_matmul_output_shape(const TensorView& x, const Int8Factor& W) {
+  check_factor(kDenseOp, "W", W);
+  check_x(kDenseOp, x);
+  if (x.size(-1) != W.rows()) {
+    detail::fail<shape_error>(kDenseOp, "W", "d_in = " + std::to_string(x.size(-1)) + " rows (x.shape[-1])",
+                              factor_shape(W));
   }
-  check_bias(epilogue, x, U.cols());
-  check_epilogue(epilogue);
-  const detail::RowMatrix rows = detail::as_row_matrix(out);
-  if (!rows.row_stride || (rows.cols > 1 && rows.col_stride != 1) || (rows.rows > 1 && *rows.row_stride < rows.cols)) {
-    detail::fail<shape_error>(kOp, "out", "unit column stride and rows that collapse into one row stride",
-                              "strides " + shape_to_string(out.strides()));
+  check_x_device(kDenseOp, x);
+  std::vector<std::int64_t> shape = x.shape();
+  shape.back() = W.cols();
+  return shape;
+}
+
+void int8_matmul(const TensorView& x, const Int8Factor& W, const TensorView& out, const Epilogue& epilogue) {
+  const std::vector<std::int64_t> shape = int8_matmul_output_shape(x, W);
+  std::int64_t rows = 0;
+  const std::int64_t out_row_stride = check_out_and_epilogue(kDenseOp, x, out, shape, epilogue, &rows);
+  if (epilogue.inner_activation != Activation::none) {
+    detail::fail<std::invalid_argument>(kDenseOp, "inner_activation",
+                                        "none (a full-rank int8 product has no inner product to apply it to)",
+                                        std::string("'") + activation_name(epilogue.inner_activation) + "'");
   }
-  if (detail::overlaps(out, x) || (epilogue.bias && detail::overlaps(out, *epilogue.bias))) {
-    detail::fail<shape_error>(kOp, "out", "no overlap with x or bias", "overlapping memory");
-  }
-  detail::check_addressable(kOp, "x", x);
-  const detail::Backend* backend = detail::backend_for(x.device().type);
-  const detail::Int8MatmulProblem problem{x,        S,         U,         out,      epilogue,
-                                          rows.rows, S.rows(), S.cols(), U.cols(), rows.row_stride.value_or(0)};
-  backend->int8_sketched_matmul(problem);
+  const detail::Int8DenseProblem problem{x, W, out, epilogue, rows, W.rows(), W.cols(), out_row_stride};
+  detail::backend_for(x.device().type)->int8_matmul(problem);
 }
 
 std::string int8_gemm_isa() { return detail::int8_isa_name(detail::active_int8_isa()); }

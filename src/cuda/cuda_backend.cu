@@ -407,6 +407,10 @@ class CudaBackend final : public detail::Backend {
     require_gated_path(GatedPath::cuda_int8_factors, "int8_sketched_matmul on a CUDA device");
     int8_sketched_matmul_on_device(p);
   }
+  void int8_matmul(const detail::Int8DenseProblem& p) const override {
+    require_gated_path(GatedPath::cuda_int8_factors, "int8_matmul on a CUDA device");
+    int8_matmul_on_device(p);
+  }
   void fp8_sketched_matmul(const detail::Fp8MatmulProblem& p) const override {
     require_gated_path(GatedPath::cuda_fp8_factors, "fp8_sketched_matmul on a CUDA device");
     fp8_sketched_matmul_on_device(p);

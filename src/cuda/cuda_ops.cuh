@@ -22,6 +22,8 @@ void performer_attention_backward_on_device(const detail::PerformerProblem& prob
 
 /// int8_sketched_matmul on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
 void int8_sketched_matmul_on_device(const detail::Int8MatmulProblem& problem);
+/// int8_matmul (full rank) on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
+void int8_matmul_on_device(const detail::Int8DenseProblem& problem);
 /// fp8_sketched_matmul on the device of `problem.x` (fp8_cuda.cu; gated: the caller checks).
 /// @throws device_error for a device of compute capability below 8.9
 void fp8_sketched_matmul_on_device(const detail::Fp8MatmulProblem& problem);

@@ -5,6 +5,9 @@
 // factor's first call on a device and kept by the factor; the temporaries (the quantized rows,
 // their scales, the int32 sums) come from the stream-ordered pool.
 //
+// int8_matmul (full rank) is the last step alone: x ─quantize rows (the epilogue's scale folded
+// in)→ xq ─cuBLASLt int8 GEMM with W→ int32 ─dequantize, bias, activation→ out.
+//
 // UNVERIFIED: compiled by nvcc (sm_90) but never run on a GPU; the backend refuses it unless the
 // gated path cuda_int8_factors is open.
 #include <cstddef>
@@ -114,6 +117,30 @@ void int8_sketched_matmul_on_device(const detail::Int8MatmulProblem& p) {
   const float* bias = p.epilogue.bias ? static_cast<const float*>(p.epilogue.bias->data()) : nullptr;
   const std::int64_t bias_stride = p.epilogue.bias ? p.epilogue.bias->stride(0) : 0;
   dequantize_rows_int8(out_sums.as<std::int32_t>(), U->n_pad, z_scale.as<float>(), U->scales, rows, p.d_out, bias,
+                       bias_stride, p.epilogue.activation, static_cast<float*>(p.out.data()), p.out_row_stride,
+                       stream);
+}
+
+void int8_matmul_on_device(const detail::Int8DenseProblem& p) {
+  const int device = p.x.device().index;
+  DeviceGuard guard(device);
+  if (p.rows == 0 || p.d_out == 0) return;
+  const cudaStream_t stream = current_stream();
+  const std::shared_ptr<const DeviceFactor> W = device_factor(p.W, device);
+  const std::int64_t rows = p.rows;
+
+  // x → int8 rows (leading dimension W.k_pad, the padding zeros), the epilogue's scale folded in.
+  DeviceBuffer xq = scratch<std::int8_t>(device, rows * W->k_pad, stream);
+  DeviceBuffer x_scale = scratch<float>(device, rows, stream);
+  quantize_rows_int8(static_cast<const float*>(p.x.data()), row_layout_of(p.x), rows, p.d_in, xq.as<std::int8_t>(),
+                     W->k_pad, x_scale.as<float>(), stream, static_cast<float>(p.epilogue.scale));
+
+  // Sums of xq·W (rows × W.n_pad), dequantized with bias and activation into out.
+  DeviceBuffer sums = scratch<std::int32_t>(device, rows * W->n_pad, stream);
+  lt_gemm_int8(device, W->n_pad, rows, W->k_pad, W->values, xq.as<std::int8_t>(), sums.as<std::int32_t>(), stream);
+  const float* bias = p.epilogue.bias ? static_cast<const float*>(p.epilogue.bias->data()) : nullptr;
+  const std::int64_t bias_stride = p.epilogue.bias ? p.epilogue.bias->stride(0) : 0;
+  dequantize_rows_int8(sums.as<std::int32_t>(), W->n_pad, x_scale.as<float>(), W->scales, rows, p.d_out, bias,
                        bias_stride, p.epilogue.activation, static_cast<float*>(p.out.data()), p.out_row_stride,
                        stream);
 }

@@ -34,7 +34,7 @@ __device__ float write_quantized_row(const RowMax& m, Source src, std::int64_t c
 }
 
 __global__ void quantize_rows_kernel(const float* x, RowLayout layout, std::int64_t rows, std::int64_t cols,
-                                     std::int8_t* dst, std::int64_t ld, float* scale) {
+                                     std::int8_t* dst, std::int64_t ld, float* scale, float scale_factor) {
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* row = x + row_offset(layout, r);
     float max_abs = 0.0f;
@@ -47,7 +47,7 @@ __global__ void quantize_rows_kernel(const float* x, RowLayout layout, std::int6
     const RowMax m = block_row_max(max_abs, finite);
     const float s = write_quantized_row(m, [&](std::int64_t j) { return row[j * layout.col_stride]; }, cols,
                                         dst + r * ld, ld);
-    if (threadIdx.x == 0) scale[r] = s;
+    if (threadIdx.x == 0) scale[r] = s * scale_factor;
   }
 }
 
@@ -100,9 +100,10 @@ unsigned row_blocks(std::int64_t rows) {
 }  // namespace
 
 void quantize_rows_int8(const float* x, const RowLayout& layout, std::int64_t rows, std::int64_t cols,
-                        std::int8_t* dst, std::int64_t ld, float* scale, cudaStream_t stream) {
+                        std::int8_t* dst, std::int64_t ld, float* scale, cudaStream_t stream, float scale_factor) {
   if (rows == 0) return;
-  quantize_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, layout, rows, cols, dst, ld, scale);
+  quantize_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, layout, rows, cols, dst, ld, scale,
+                                                                  scale_factor);
   check(cudaGetLastError(), "quantize_rows_kernel");
 }
 

@@ -20,10 +20,11 @@
 namespace sketchcore::cuda {
 
 /// Quantizes row i of x (`layout`, `cols` float32 values) into dst + i·ld (int8; zeros from
-/// `cols` up to ld) with scale[i] = max|x_i|/127 (0 for an all-zero row, whose values are
-/// zeros; NaN for a row with a non-finite value, whose values are zeros).
+/// `cols` up to ld) with scale[i] = (max|x_i|/127) · scale_factor (0 for an all-zero row, whose
+/// values are zeros; NaN for a row with a non-finite value, whose values are zeros).
 void quantize_rows_int8(const float* x, const RowLayout& layout, std::int64_t rows, std::int64_t cols,
-                        std::int8_t* dst, std::int64_t ld, float* scale, cudaStream_t stream);
+                        std::int8_t* dst, std::int64_t ld, float* scale, cudaStream_t stream,
+                        float scale_factor = 1.0f);
 
 /// For the int32 sums `acc` (rows × cols, leading dimension ld_acc): z = σ(float(acc) ·
 /// (row_scale[i] · col_scale[j])), then z's rows quantized as quantize_rows_int8 does into dst

@@ -2,7 +2,7 @@
 // family this CPU runs against a reference of the same quantized math (exact int64 sums, float32
 // dequantization as documented), with row counts and extents around the kernels' blocking
 // (6 rows, 64-column panels, 4-row groups), the factor's round trip, the GEMM benchmark hook, and
-// the error paths.
+// the error paths; the full-rank int8_matmul against a float64 reference of its documented math.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "sketchcore/gated_paths.hpp"
 #include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/runtime.hpp"
+#include "reference.hpp"
 
 namespace sc = sketchcore;
 
@@ -247,6 +248,165 @@ TEST(Int8Matmul, ErrorsNameTheArgument) {
     EXPECT_NE(std::string(e.what()).find("int8_sketched_matmul: dropout_p: expected 0"), std::string::npos);
   }
   EXPECT_THROW(sc::set_int8_gemm_isa("sse9"), std::invalid_argument);
+}
+
+/// The full-rank product in float64 from x's rows quantized as documented (float32 steps):
+/// act(scale · s_x · Σ_k a[k] W_q[k][j] · W.scale[j] + bias[j]).
+std::vector<double> dense_reference(const std::vector<float>& x, std::int64_t rows, const Factor& W,
+                                    const std::vector<float>* bias, double scale, sc::Activation act) {
+  const Quantized a = quantize_rows(x, rows, W.rows);
+  std::vector<double> y(static_cast<std::size_t>(rows * W.cols));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < W.cols; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < W.rows; ++k) sum += static_cast<double>(a.q[i * W.rows + k]) * W.q[k * W.cols + j];
+      double v = scale * sum * static_cast<double>(a.scale[i]) * static_cast<double>(W.scale[j]);
+      if (bias) v += (*bias)[static_cast<std::size_t>(j)];
+      y[static_cast<std::size_t>(i * W.cols + j)] = sketchcore_test::activate(v, act);
+    }
+  }
+  return y;
+}
+
+TEST(Int8DenseMatmul, EveryKernelFamilyMatchesTheFloat64Reference) {
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal;
+  const std::string before = sc::int8_gemm_isa();
+  for (const char* isa : {"amx", "avx512_vnni", "avx_vnni", "avx2", "portable"}) {
+    if (!sc::int8_gemm_isa_supported(isa)) continue;
+    sc::set_int8_gemm_isa(isa);
+    for (std::int64_t rows : {0, 1, 5, 6, 7, 17, 50}) {
+      for (auto [d_in, d_out] : {std::array<std::int64_t, 2>{1, 1}, {70, 130}, {64, 64}, {9, 200}, {130, 3}}) {
+        for (const sc::Activation act : {sc::Activation::none, sc::Activation::gelu}) {
+          const Factor W = random_factor(d_in, d_out, gen);
+          // x's rows 3 elements apart beyond d_in (a non-contiguous row stride), out's rows 2 apart.
+          const std::int64_t x_ld = d_in + 3, out_ld = d_out + 2;
+          std::vector<float> storage(static_cast<std::size_t>(std::max<std::int64_t>(rows * x_ld, 1)));
+          for (auto& v : storage) v = normal(gen);
+          std::vector<float> x(static_cast<std::size_t>(rows * d_in)), bias(static_cast<std::size_t>(d_out));
+          for (std::int64_t i = 0; i < rows; ++i) {
+            for (std::int64_t k = 0; k < d_in; ++k) x[i * d_in + k] = storage[i * x_ld + k];
+          }
+          for (auto& v : bias) v = normal(gen);
+          std::vector<float> y(static_cast<std::size_t>(std::max<std::int64_t>(rows * out_ld, 1)), std::nanf(""));
+          sc::Epilogue e;
+          e.activation = act;
+          e.scale = 0.75;
+          e.bias = sc::TensorView(bias.data(), sc::DType::float32, {d_out});
+          const sc::Int8Factor w = pack(W);
+          sc::int8_matmul(sc::TensorView(storage.data(), sc::DType::float32, {rows, d_in}, {x_ld, 1}), w,
+                          sc::TensorView(y.data(), sc::DType::float32, {rows, d_out}, {out_ld, 1}), e);
+          const std::vector<double> ref = dense_reference(x, rows, W, &bias, 0.75, act);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            for (std::int64_t j = 0; j < d_out; ++j) {
+              const double r = ref[static_cast<std::size_t>(i * d_out + j)];
+              ASSERT_NEAR(y[static_cast<std::size_t>(i * out_ld + j)], r, 2e-5 * (1.0 + std::fabs(r)))
+                  << isa << " rows " << rows << " d_in " << d_in << " d_out " << d_out;
+            }
+            for (std::int64_t j = d_out; j < out_ld && rows > 0; ++j) {
+              ASSERT_TRUE(std::isnan(y[static_cast<std::size_t>(i * out_ld + j)])) << "wrote past a row";
+            }
+          }
+        }
+      }
+    }
+  }
+  sc::set_int8_gemm_isa(before);
+}
+
+TEST(Int8DenseMatmul, LeadingDimensionsAndTheShapeQuery) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  const Factor W = random_factor(33, 65, gen);
+  const sc::Int8Factor w = pack(W);
+  // x (2, 3, 33) with its leading dimensions permuted: they do not collapse into one row stride.
+  std::vector<float> storage(3 * 2 * 33);
+  for (auto& v : storage) v = normal(gen);
+  const sc::TensorView x(storage.data(), sc::DType::float32, {2, 3, 33}, {33, 2 * 33, 1});
+  EXPECT_EQ(sc::int8_matmul_output_shape(x, w), (std::vector<std::int64_t>{2, 3, 65}));
+  std::vector<float> rows_of_x(6 * 33);
+  for (std::int64_t a = 0; a < 2; ++a) {
+    for (std::int64_t b = 0; b < 3; ++b) {
+      for (std::int64_t k = 0; k < 33; ++k) rows_of_x[(a * 3 + b) * 33 + k] = storage[a * 33 + b * 66 + k];
+    }
+  }
+  std::vector<float> y(6 * 65);
+  sc::int8_matmul(x, w, sc::TensorView(y.data(), sc::DType::float32, {2, 3, 65}));
+  const std::vector<double> ref = dense_reference(rows_of_x, 6, W, nullptr, 1.0, sc::Activation::none);
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i]))) << i;
+  // An all-zero row gives zeros (plus the bias); a row with a NaN gives a NaN row.
+  std::vector<float> special(2 * 33, 0.0f), out(2 * 65);
+  special[33 + 4] = std::nanf("");
+  sc::int8_matmul(sc::TensorView(special.data(), sc::DType::float32, {2, 33}), w,
+                  sc::TensorView(out.data(), sc::DType::float32, {2, 65}));
+  for (std::int64_t j = 0; j < 65; ++j) {
+    EXPECT_EQ(out[static_cast<std::size_t>(j)], 0.0f);
+    EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(65 + j)]));
+  }
+}
+
+/// Runs `call`, which must throw E with a message containing `expected`.
+template <class E, class F>
+void expect_error(F call, const std::string& expected) {
+  try {
+    call();
+    FAIL() << "accepted; expected: " << expected;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(Int8DenseMatmul, ErrorsNameTheArgument) {
+  std::vector<std::int8_t> q(6, 1);
+  const std::vector<float> scale{1.0f, 2.0f, 3.0f};
+  const sc::Int8Factor w(q.data(), 2, 3, 3, 1, scale.data());  // d_in 2, d_out 3
+  std::vector<float> x(8), y(12), bias(4);
+  const sc::TensorView x22(x.data(), sc::DType::float32, {2, 2}), y23(y.data(), sc::DType::float32, {2, 3});
+  expect_error<sc::shape_error>([&] { sc::int8_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 3}), w, y23); },
+                                "int8_matmul: W: expected d_in = 3 rows (x.shape[-1]), got shape (2, 3)");
+  std::vector<double> xd(4);
+  expect_error<sc::dtype_error>([&] { sc::int8_matmul(sc::TensorView(xd.data(), sc::DType::float64, {2, 2}), w, y23); },
+                                "int8_matmul: x: expected dtype float32, got float64");
+  expect_error<sc::shape_error>([&] { sc::int8_matmul(x22, w, sc::TensorView(y.data(), sc::DType::float32, {2, 4})); },
+                                "int8_matmul: out: expected shape (2, 3)");
+  expect_error<sc::dtype_error>([&] { sc::int8_matmul(x22, w, sc::TensorView(xd.data(), sc::DType::float64, {2, 3})); },
+                                "int8_matmul: out: expected dtype float32");
+  sc::Epilogue wrong_bias;
+  wrong_bias.bias = sc::TensorView(bias.data(), sc::DType::float32, {4});
+  expect_error<sc::shape_error>([&] { sc::int8_matmul(x22, w, y23, wrong_bias); },
+                                "int8_matmul: bias: expected shape (3,), got shape (4,)");
+  sc::Epilogue inner;
+  inner.inner_activation = sc::Activation::relu;
+  expect_error<std::invalid_argument>([&] { sc::int8_matmul(x22, w, y23, inner); },
+                                      "int8_matmul: inner_activation: expected none (a full-rank int8 product has "
+                                      "no inner product to apply it to), got 'relu'");
+  sc::Epilogue dropout;
+  dropout.dropout_p = 0.1;
+  expect_error<std::invalid_argument>([&] { sc::int8_matmul(x22, w, y23, dropout); }, "int8_matmul: dropout_p: expected 0");
+  sc::Epilogue infinite;
+  infinite.scale = INFINITY;
+  expect_error<std::invalid_argument>([&] { sc::int8_matmul(x22, w, y23, infinite); },
+                                      "int8_matmul: scale: expected a finite number");
+  expect_error<sc::shape_error>([&] { sc::int8_matmul(x22, w, sc::TensorView(x.data(), sc::DType::float32, {2, 3})); },
+                                "int8_matmul: out: expected no overlap with x or bias");
+  expect_error<sc::shape_error>([&] { sc::int8_matmul(x22, w, sc::TensorView(y.data(), sc::DType::float32, {2, 3}, {1, 2})); },
+                                "int8_matmul: out: expected unit column stride");
+  sc::Int8Factor source(q.data(), 2, 3, 3, 1, scale.data());
+  const sc::Int8Factor taken(std::move(source));
+  expect_error<std::invalid_argument>([&] { sc::int8_matmul(x22, source, y23); },  // NOLINT(bugprone-use-after-move)
+                                      "int8_matmul: W: expected a factor holding values, got a moved-from Int8Factor");
+  const sc::Device gpu{sc::DeviceType::cuda, 0};
+  const auto on_gpu = [&] {
+    sc::int8_matmul(sc::TensorView(x.data(), sc::DType::float32, {2, 2}, {}, gpu), w,
+                    sc::TensorView(y.data(), sc::DType::float32, {2, 3}, {}, gpu));
+  };
+  if (sc::build_info().cuda) {
+    const sc::ScopedGatedPath closed(sc::GatedPath::cuda_int8_factors, false);
+    expect_error<sc::unverified_path_error>(on_gpu, "int8_matmul on a CUDA device: this runs the gated path "
+                                                    "'cuda_int8_factors'");
+  } else {
+    expect_error<sc::device_error>(on_gpu, "int8_matmul: x: expected an array in CPU memory");
+  }
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ MODULES = [
     "sketchcore.torch.parallel._styles",
     "sketchcore.torch.parallel._comm",
     "sketchcore.torch.layers._int8",
+    "sketchcore.torch.layers._int8_linear",
     "sketchcore.torch.compress._quantize",
     "sketchcore.jax",
     "sketchcore.tuner",

@@ -23,6 +23,7 @@ from sketchcore.torch.compress._convert import ConversionReport, LayerReport, re
 from sketchcore.torch.ops._functional import sketched_linear, sklinear
 from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
+from sketchcore.torch.layers._int8_linear import Int8Linear
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.ops._memory_mode import low_rank_activations
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -30,7 +31,7 @@ from sketchcore.torch.ops._performer import performer_attention
 from sketchcore.torch.compress._quantize import quantize_
 from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "Int8LowRankLinear", "LayerReport", "LowRankLinear",
-           "RandMultiHeadAttention", "SKConv2d", "SKLinear", "low_rank_activations", "make_performer",
+__all__ = ["ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "Int8Linear", "Int8LowRankLinear", "LayerReport",
+           "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "low_rank_activations", "make_performer",
            "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
            "sketched_linear", "sklinear"]

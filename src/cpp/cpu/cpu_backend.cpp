@@ -83,6 +83,7 @@ class CpuBackend final : public Backend {
     cpu_performer_attention_backward(p, grad_out, g);
   }
   void int8_sketched_matmul(const Int8MatmulProblem& p) const override { cpu_int8_sketched_matmul(p); }
+  void int8_matmul(const Int8DenseProblem& p) const override { cpu_int8_matmul(p); }
   bool supports(DType) const noexcept override { return true; }  // 16-bit types through float32
   int device_count() const noexcept override { return 1; }
   int runtime_version() const noexcept override { return 0; }

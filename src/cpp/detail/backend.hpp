@@ -72,6 +72,18 @@ struct Int8MatmulProblem {
   std::int64_t out_row_stride;
 };
 
+/// A validated int8_matmul problem: x (..., d_in) float32, W (d_in × d_out) a packed int8
+/// factor, `out` (..., d_out) float32 with unit column stride and collapsing rows (row stride
+/// out_row_stride), no overlap; the bias (if any) float32 (d_out); epilogue.inner_activation none.
+struct Int8DenseProblem {
+  const TensorView& x;
+  const Int8Factor& W;
+  const TensorView& out;
+  const Epilogue& epilogue;
+  std::int64_t rows, d_in, d_out;
+  std::int64_t out_row_stride;
+};
+
 struct Fp8MatmulProblem;  // detail/fp8_device.hpp
 
 /// One kind of device's implementation of the operations and of its memory pool.
@@ -95,6 +107,8 @@ class Backend {
                                             const PerformerGradients& grads) const = 0;
   /// Computes a validated int8_sketched_matmul problem into problem.out.
   virtual void int8_sketched_matmul(const Int8MatmulProblem& problem) const = 0;
+  /// Computes a validated int8_matmul problem (one int8 GEMM on the full-rank W) into problem.out.
+  virtual void int8_matmul(const Int8DenseProblem& problem) const = 0;
   /// Computes a validated fp8_sketched_matmul problem into problem.out; only the CUDA backend
   /// has fp8 kernels (the core refuses other devices before it gets here).
   virtual void fp8_sketched_matmul(const Fp8MatmulProblem& /*problem*/) const {

@@ -14,7 +14,8 @@ from sketchcore.torch.layers._attention import RandMultiHeadAttention
 from sketchcore.torch.layers._conv import SKConv2d
 from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
-from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
+from sketchcore.torch.layers._int8_linear import Int8Linear
+from sketchcore.torch.layers._quantized import QuantizedLayer
 from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -23,7 +24,7 @@ __all__ = ["restore_model"]
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
            "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear,
-           "Fp8LowRankLinear": Fp8LowRankLinear}
+           "Fp8LowRankLinear": Fp8LowRankLinear, "Int8Linear": Int8Linear}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -81,7 +82,7 @@ def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bo
         reference = next(iter(old.parameters()), None) if isinstance(old, nn.Module) else None
         placement = {} if reference is None else {"dtype": reference.dtype, "device": reference.device}
         new = _empty_layer(cls, config, placement)
-        if isinstance(new, QuantizedLowRankLinear):
+        if isinstance(new, QuantizedLayer):
             new.train(old.training)  # float layers start in training mode; a quantized one keeps the model's mode
         set_module(model, name, new)
     no_fused_encoders(model)
@@ -106,6 +107,9 @@ def _empty_layer(cls: type, config: dict[str, Any], placement: dict[str, Any]) -
                                activation=config["activation"], inner_activation=config.get("inner_activation"),
                                device=placement.get("device"))
         return layer
+    if cls is Int8Linear:
+        return Int8Linear(config["in_features"], config["out_features"], bias=config["bias"],
+                          activation=config["activation"], device=placement.get("device"))
     if cls is SKLinear:
         new = SKLinear(config["in_features"], config["out_features"], config["num_terms"], config["low_rank"],
                        bias=config["bias"], activation=config["activation"], dropout=config["dropout"],

@@ -12,7 +12,7 @@ from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 
-__all__ = ["Int8LowRankLinear", "quantize_columns"]
+__all__ = ["Int8Format", "Int8LowRankLinear", "pack_int8", "quantize_columns"]
 
 
 def quantize_columns(factor: Tensor) -> tuple[Tensor, Tensor]:
@@ -21,7 +21,22 @@ def quantize_columns(factor: Tensor) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(q), torch.from_numpy(scale)
 
 
-class Int8LowRankLinear(QuantizedLowRankLinear):
+def pack_int8(codes: Tensor, scale: Tensor) -> Any:
+    """The ``sketchcore.Int8Factor`` of host int8 codes (k, n) and float32 scales (n,)."""
+    return sketchcore.Int8Factor(codes.numpy(), scale.numpy())
+
+
+class Int8Format:
+    """The int8 format's entries of a quantized layer (a mixin before its ``QuantizedLayer`` base):
+    its name, the codes' dtype, the gated path of its CUDA kernels and the packing."""
+
+    format = "int8"
+    code_dtype = torch.int8
+    gate = "cuda_int8_factors"
+    _pack = staticmethod(pack_int8)
+
+
+class Int8LowRankLinear(Int8Format, QuantizedLowRankLinear):
     """``y = activation(deq(q8(σ(deq(q8(x) S_q))) U_q) + bias)``: a :class:`LowRankLinear` (or a
     :class:`SKLinear`, whose 2T products are one S·U) with int8 factors, for inference.
 
@@ -69,9 +84,6 @@ class Int8LowRankLinear(QuantizedLowRankLinear):
     torch.Size([5, 32])
     """
 
-    format = "int8"
-    code_dtype = torch.int8
-    gate = "cuda_int8_factors"
     quantize_columns = staticmethod(quantize_columns)
 
     @classmethod
@@ -103,9 +115,6 @@ class Int8LowRankLinear(QuantizedLowRankLinear):
         TypeError: Int8LowRankLinear.from_float: layer: expected a LowRankLinear or SKLinear, got Linear ...
         """
         return super()._from_float(layer)  # type: ignore[no-any-return]
-
-    def _pack(self, codes: Tensor, scale: Tensor) -> Any:
-        return sketchcore.Int8Factor(codes.numpy(), scale.numpy())
 
     def _kernel(self) -> Callable[..., Tensor]:
         return sketchcore.int8_sketched_matmul  # looked up per call: tests may replace it

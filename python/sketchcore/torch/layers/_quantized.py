@@ -1,7 +1,10 @@
-"""``QuantizedLowRankLinear``: what the int8 and fp8 low-rank layers share — the factors stored as
-8-bit codes with one float32 scale per column (buffers), conversion from a float layer, packing for
-the kernel once, the inference-only checks, the state and the configuration. A subclass names its
-format and supplies the codes' dtype, the quantizer, the packed factor type and the kernel."""
+"""What the 8-bit inference layers share. ``QuantizedLayer``: codes and per-column float32 scales
+kept as buffers (exact under ``.to(dtype)``), packing for the kernel once (again when a buffer
+changes), the inference-only checks, the float32 round trip of the input, pickling without the
+packing — the base of the low-rank layers and of the full-rank :class:`Int8Linear`.
+``QuantizedLowRankLinear``: what the int8 and fp8 low-rank layers add — two factors, conversion from
+a float layer, the configuration. A subclass names its format and supplies the codes' dtype, the
+quantizer, the packed factor type and the kernel."""
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Optional, Union
@@ -15,10 +18,6 @@ from sketchcore.torch.layers._layer_state import SketchedLayer
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
 
-#: The buffers a quantized layer keeps in float32 whatever ``.to(dtype)`` asks.
-_FLOAT32_BUFFERS = ("S_scale", "U_scale", "bias")
-
-
 def float_factors(layer: Union[LowRankLinear, SKLinear]) -> tuple[Tensor, Tensor]:
     """The (S, U) of ``layer`` with ``x S U`` its linear part: LowRankLinear's own factors, or
     SKLinear's 2T terms joined, S = [S1_1 … S1_T U2_1 … U2_T] (in, 2Tk) and
@@ -31,7 +30,104 @@ def float_factors(layer: Union[LowRankLinear, SKLinear]) -> tuple[Tensor, Tensor
     return S, U
 
 
-class QuantizedLowRankLinear(SketchedLayer):
+class QuantizedLayer(SketchedLayer):
+    """Base of the 8-bit inference layers: buffers of codes and float32 scales named by
+    ``_packed_buffers`` (pairs packed for the kernel by ``_pack``, once, and again after a buffer
+    is replaced or written), a float32 ``bias`` buffer or None, the inference-only checks and the
+    float32 round trip of the input. ``.to(dtype)``/``.half()`` leave every one of these buffers
+    as it is (the kernel reads the codes and float32 scales), ``.to(device)`` moves them. Not
+    instantiated itself."""
+
+    #: The format's name (the ``quantize`` entry of the configuration and the repr).
+    format: ClassVar[str]
+    #: The dtype of the codes.
+    code_dtype: ClassVar[torch.dtype]
+    #: The gated path a CUDA call needs open.
+    gate: ClassVar[str]
+    #: The (codes, scales) buffer pairs, packed in this order.
+    _packed_buffers: ClassVar[tuple[tuple[str, str], ...]]
+
+    bias: Optional[Tensor]
+
+    def __init__(self, in_features: int, out_features: int, activations: dict[str, Optional[str]]) -> None:
+        super().__init__()
+        name = type(self).__name__
+        self.in_features = positive_int(in_features, "in_features", name)
+        self.out_features = positive_int(out_features, "out_features", name)
+        for what, value in activations.items():
+            if (value or "none") not in ACTIVATIONS:
+                raise ValueError(f"{name}: {what}: expected one of {ACTIVATIONS} or None, got {value!r}")
+            setattr(self, what, value or "none")
+        self._packed: Optional[tuple[tuple[Any, ...], tuple[Any, ...]]] = None
+
+    def _pack(self, codes: Tensor, scale: Tensor) -> Any:
+        """The kernel's packed factor of host codes and scales."""
+        raise NotImplementedError
+
+    def _check_device(self, x: Tensor) -> None:
+        """Refuses a device the format's kernel does not run on (``x`` on the layer's device)."""
+        if x.device.type == "cuda":
+            require_gated_path(self.gate, f"{type(self).__name__} on a CUDA tensor")
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # .half()/.to(dtype) cast floating buffers (fp8 codes among them), but the kernel reads the
+        # codes as they are and float32 scales and bias: keep the exact values, moved to the new
+        # device only
+        kept = (*(name for pair in self._packed_buffers for name in pair), "bias")
+        before: dict[str, Tensor] = {name: b for name in kept if (b := self._buffers.get(name)) is not None}
+        result = super()._apply(fn, *args, **kwargs)
+        for name, value in before.items():
+            after = self._buffers[name]
+            if after is not None and after.dtype != value.dtype:
+                self._buffers[name] = value.to(device=after.device)
+        return result
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        return {**state, "_packed": None}  # the packed factors are rebuilt, not copied or pickled
+
+    def _packed_factors(self) -> tuple[Any, ...]:
+        """The packed factors, one per pair of ``_packed_buffers``, rebuilt when a buffer was
+        replaced or written."""
+        tensors = [self._buffers[name] for pair in self._packed_buffers for name in pair]
+        key = tuple((id(t), t._version) for t in tensors if t is not None)
+        if self._packed is None or self._packed[0] != key:
+            # Packed on the host (a CUDA layer's buffers are copied once); the core copies the
+            # packed factors to a device on their first call there.
+            packed = tuple(self._pack(self._buffers[q].cpu(), self._buffers[scale].cpu())  # type: ignore[union-attr]
+                           for q, scale in self._packed_buffers)
+            self._packed = (key, packed)
+        return self._packed[1]
+
+    def _check_inference(self, x: Tensor) -> None:
+        name, fmt = type(self).__name__, self.format
+        if self.training:
+            raise RuntimeError(f"{name}: expected eval mode (call model.eval()), got training mode: training "
+                               f"through {fmt} factors is not supported; train the float layers, then quantize")
+        if x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"{name}: expected an input without requires_grad or grad mode off "
+                               "(torch.no_grad() / torch.inference_mode()), got an input that requires grad: "
+                               f"training through {fmt} factors is not supported")
+        if not x.is_floating_point():
+            raise TypeError(f"{name}: x: expected a floating-point tensor, got {x.dtype}")
+        device = self._buffers[self._packed_buffers[0][0]].device  # type: ignore[union-attr]
+        if x.device != device:
+            raise RuntimeError(f"{name}: x: expected a tensor on the layer's device {device}, got device {x.device}")
+        self._check_device(x)
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(f"{name}: x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
+
+    def _run(self, kernel: Callable[..., Tensor], x: Tensor, **options: Any) -> Tensor:
+        """After the inference checks, ``kernel(x, *packed factors, bias=self.bias, activation=...,
+        **options)`` on a float32 ``x``, the result in ``x``'s dtype."""
+        self._check_inference(x)
+        factors = self._packed_factors()
+        x32 = x if x.dtype == torch.float32 else x.float()  # one copy: the kernel reads float32
+        y: Tensor = kernel(x32, *factors, bias=self.bias, activation=self.activation, **options)  # type: ignore[attr-defined]
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+
+class QuantizedLowRankLinear(QuantizedLayer):
     """Base of :class:`Int8LowRankLinear` and :class:`Fp8LowRankLinear`: ``y = activation(deq(q(σ(deq(q(x)
     S_q))) U_q) + bias)`` with S (in, rank) and U (rank, out) stored as 8-bit codes ``S_q``/``U_q``
     and one float32 scale per column (``S_scale``, ``U_scale``), the bias in float32 — all buffers,
@@ -39,37 +135,24 @@ class QuantizedLowRankLinear(SketchedLayer):
     them as they are. Inference only: no parameters, no gradients; a layer in training mode or an
     input that requires grad under grad mode raises. Not instantiated itself."""
 
-    #: The format's name (the ``quantize`` entry of the configuration and the repr).
-    format: ClassVar[str]
-    #: The dtype of the codes ``S_q``/``U_q``.
-    code_dtype: ClassVar[torch.dtype]
-    #: The gated path a CUDA call needs open.
-    gate: ClassVar[str]
+    _packed_buffers = (("S_q", "S_scale"), ("U_q", "U_scale"))
 
     S_q: Tensor
     S_scale: Tensor
     U_q: Tensor
     U_scale: Tensor
-    bias: Optional[Tensor]
+    activation: str
+    inner_activation: str
 
     def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
                  activation: Optional[str] = None, inner_activation: Optional[str] = None, device: Any = None) -> None:
-        super().__init__()
-        name = type(self).__name__
-        self.in_features = positive_int(in_features, "in_features", name)
-        self.out_features = positive_int(out_features, "out_features", name)
-        self.rank = positive_int(rank, "rank", name)
-        for what, value in (("activation", activation), ("inner_activation", inner_activation)):
-            if (value or "none") not in ACTIVATIONS:
-                raise ValueError(f"{name}: {what}: expected one of {ACTIVATIONS} or None, got {value!r}")
-        self.activation = activation or "none"
-        self.inner_activation = inner_activation or "none"
+        super().__init__(in_features, out_features, {"activation": activation, "inner_activation": inner_activation})
+        self.rank = positive_int(rank, "rank", type(self).__name__)
         self.register_buffer("S_q", torch.zeros(in_features, rank, dtype=self.code_dtype, device=device))
         self.register_buffer("S_scale", torch.ones(rank, dtype=torch.float32, device=device))
         self.register_buffer("U_q", torch.zeros(rank, out_features, dtype=self.code_dtype, device=device))
         self.register_buffer("U_scale", torch.ones(out_features, dtype=torch.float32, device=device))
         self.register_buffer("bias", torch.zeros(out_features, dtype=torch.float32, device=device) if bias else None)
-        self._packed: Optional[tuple[tuple[Any, ...], Any, Any]] = None
 
     # -- the format: supplied by each subclass ------------------------------------------------
     @staticmethod
@@ -77,18 +160,9 @@ class QuantizedLowRankLinear(SketchedLayer):
         """Codes (k, n) and float32 scales (n,) of a float factor (k, n), on the CPU."""
         raise NotImplementedError
 
-    def _pack(self, codes: Tensor, scale: Tensor) -> Any:
-        """The kernel's packed factor of host codes and scales."""
-        raise NotImplementedError
-
     def _kernel(self) -> Callable[..., Tensor]:
         """The sketched matmul of the format."""
         raise NotImplementedError
-
-    def _check_device(self, x: Tensor) -> None:
-        """Refuses a device the format's kernel does not run on (``x`` on the layer's device)."""
-        if x.device.type == "cuda":
-            require_gated_path(self.gate, f"{type(self).__name__} on a CUDA tensor")
 
     # -- shared ------------------------------------------------------------------------------
     @classmethod
@@ -131,60 +205,14 @@ class QuantizedLowRankLinear(SketchedLayer):
                 linear.bias.copy_(self.bias)
         return linear
 
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        # .half()/.to(dtype) cast floating buffers (fp8 codes among them), but the kernel reads the
-        # codes as they are and float32 scales and bias: keep the exact values, moved to the new
-        # device only
-        kept = (*_FLOAT32_BUFFERS, "S_q", "U_q")
-        before: dict[str, Tensor] = {name: b for name in kept if (b := self._buffers.get(name)) is not None}
-        result = super()._apply(fn, *args, **kwargs)
-        for name, value in before.items():
-            after = self._buffers[name]
-            if after is not None and after.dtype != value.dtype:
-                self._buffers[name] = value.to(device=after.device)
-        return result
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        return {**state, "_packed": None}  # the packed factors are rebuilt, not copied or pickled
-
     def _factors(self) -> tuple[Any, Any]:
         """The packed factor pair, rebuilt when a buffer was replaced or written."""
-        tensors = (self.S_q, self.S_scale, self.U_q, self.U_scale)
-        key = tuple((id(t), t._version) for t in tensors)
-        if self._packed is None or self._packed[0] != key:
-            # Packed on the host (a CUDA layer's buffers are copied once); the core copies the
-            # packed factors to a device on their first call there.
-            S = self._pack(self.S_q.cpu(), self.S_scale.cpu())
-            U = self._pack(self.U_q.cpu(), self.U_scale.cpu())
-            self._packed = (key, S, U)
-        return self._packed[1], self._packed[2]
-
-    def _check_inference(self, x: Tensor) -> None:
-        name, fmt = type(self).__name__, self.format
-        if self.training:
-            raise RuntimeError(f"{name}: expected eval mode (call model.eval()), got training mode: training "
-                               f"through {fmt} factors is not supported; train the float layers, then quantize")
-        if x.requires_grad and torch.is_grad_enabled():
-            raise RuntimeError(f"{name}: expected an input without requires_grad or grad mode off "
-                               "(torch.no_grad() / torch.inference_mode()), got an input that requires grad: "
-                               f"training through {fmt} factors is not supported")
-        if not x.is_floating_point():
-            raise TypeError(f"{name}: x: expected a floating-point tensor, got {x.dtype}")
-        if x.device != self.S_q.device:
-            raise RuntimeError(f"{name}: x: expected a tensor on the layer's device {self.S_q.device}, "
-                               f"got device {x.device}")
-        self._check_device(x)
-        if x.shape[-1:] != (self.in_features,):
-            raise ValueError(f"{name}: x: expected shape (..., {self.in_features}), got {tuple(x.shape)}")
+        S, U = self._packed_factors()
+        return S, U
 
     def forward(self, x: Tensor) -> Tensor:
-        self._check_inference(x)
-        S, U = self._factors()
-        x32 = x if x.dtype == torch.float32 else x.float()  # one copy: the kernel reads float32
         inner = self.inner_activation if self.inner_activation != "none" else None
-        y: Tensor = self._kernel()(x32, S, U, bias=self.bias, activation=self.activation, inner_activation=inner)
-        return y if x.dtype == torch.float32 else y.to(x.dtype)
+        return self._run(self._kernel(), x, inner_activation=inner)
 
     def layer_config(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict's metadata (``restore_model`` rebuilds the

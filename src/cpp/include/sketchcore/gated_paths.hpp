@@ -46,9 +46,9 @@ enum class GatedPath : std::uint8_t {
   /// unverified_path_error; sketchcore.torch runs its composite torch formula (matmul, σ, matmul:
   /// operations that passed on a GPU) on CUDA tensors instead.
   cuda_inner_activation,
-  /// int8_sketched_matmul on CUDA devices (cuBLASLt int8 GEMMs with int32 accumulation and own
-  /// kernels for the per-row quantization, σ with requantization, and the dequantizing epilogue).
-  /// Closed: int8_sketched_matmul on a CUDA array throws unverified_path_error.
+  /// int8_sketched_matmul and the full-rank int8_matmul on CUDA devices (cuBLASLt int8 GEMMs with
+  /// int32 accumulation and own kernels for the per-row quantization, σ with requantization, and
+  /// the dequantizing epilogue). Closed: either on a CUDA array throws unverified_path_error.
   cuda_int8_factors,
   /// fp8_sketched_matmul on CUDA devices of compute capability 8.9 or newer (cuBLASLt e4m3 GEMMs
   /// with float32 accumulation and own kernels for the per-row e4m3 quantization, σ with

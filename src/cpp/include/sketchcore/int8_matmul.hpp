@@ -1,6 +1,7 @@
 /// @file int8_matmul.hpp
-/// @brief The int8 sketched GEMM: y = act(deq(q8(σ(deq(q8(x)·S_q)))·U_q) + bias), with int8
-/// factors packed once and activations quantized per row on the fly (int32 accumulation).
+/// @brief The int8 sketched GEMM: y = act(deq(q8(σ(deq(q8(x)·S_q)))·U_q) + bias), and its
+/// full-rank peer y = act(deq(q8(x)·W_q) + bias), with int8 factors packed once and activations
+/// quantized per row on the fly (int32 accumulation).
 #pragma once
 
 #include <cstdint>
@@ -91,6 +92,39 @@ SKETCHCORE_API std::vector<std::int64_t> int8_sketched_matmul_output_shape(const
 /// @throws unverified_path_error for an x on a CUDA device while GatedPath::cuda_int8_factors is closed
 SKETCHCORE_API void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U,
                                          const TensorView& out, const Epilogue& epilogue = {});
+
+/// Checks the operands of int8_matmul and returns the shape of its result,
+/// `x.shape[:-1] + (W.cols(),)`.
+/// @throws shape_error  for x without dimensions or x.shape[-1] ≠ W.rows()
+/// @throws dtype_error  for an x that is not float32
+/// @throws device_error for an x on a CUDA device when this build has no CUDA backend
+/// @throws std::invalid_argument for a moved-from W
+SKETCHCORE_API std::vector<std::int64_t> int8_matmul_output_shape(const TensorView& x, const Int8Factor& W);
+
+/// The full-rank int8 product (one GEMM on a dense int8 weight): for every row x_i of x
+/// (float32, any strides),
+///   a = q8(x_i) (row scale s_x = max|x_i|/127, q = clip(round_half_even(x_i · (127/max|x_i|)), ±127),
+///   in float32),
+///   y_i = act(epilogue.scale · s_x · (a·W_q) ⊙ W.scale + bias)     (int32 sums, then float32)
+/// with W (d_in × d_out) an Int8Factor, its scales one per output column. The epilogue's scale
+/// is folded into the row scales. An all-zero row quantizes to zeros; a row with a non-finite
+/// value gives a NaN row. `out` (float32, shape int8_matmul_output_shape) must have unit column
+/// stride and leading dimensions that collapse into one row stride, no overlap with x or the bias.
+/// Dropout is not supported (epilogue.dropout_p must be 0), nor an inner activation (there is
+/// no inner product). On the CPU, runs on sketchcore's workers with the kernels of
+/// int8_gemm_isa(), the same kernels as int8_sketched_matmul. On a CUDA device (x, out and the
+/// bias there), runs on the calling thread's stream as one cuBLASLt int8 GEMM with int32 sums,
+/// W copied to the device on its first call there (as for int8_sketched_matmul); that path has
+/// not yet run on a GPU: it is the gated path GatedPath::cuda_int8_factors (gated_paths.hpp).
+/// Thread safety: concurrent calls are safe when their outputs do not overlap.
+/// @throws shape_error  as int8_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws dtype_error  as int8_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws device_error as int8_matmul_output_shape, and for a wrong `out` or `epilogue.bias`
+/// @throws std::invalid_argument as int8_matmul_output_shape, for a dropout probability other
+///                              than 0, a non-finite scale or an inner_activation other than none
+/// @throws unverified_path_error for an x on a CUDA device while GatedPath::cuda_int8_factors is closed
+SKETCHCORE_API void int8_matmul(const TensorView& x, const Int8Factor& W, const TensorView& out,
+                                const Epilogue& epilogue = {});
 
 /// The int8 kernel families of the CPU, in order of preference: AMX-INT8 (TDPBUSD on 16-row
 /// tiles, the same int32 sums as AVX-512 VNNI; needs the tile state granted by Linux, asked once
