@@ -19,7 +19,7 @@ import numpy as np
 import sketchcore
 from sketchcore.cli._args import add_layer_shape, positive
 from sketchcore.cli._layer_kinds import KINDS, LayerShape, check_kind
-from sketchcore.cli._progress import Progress
+from sketchcore._progress import Progress
 
 SPECTRA: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": lambda i: np.exp(-i / 32), "sqrt": lambda i: 1 / np.sqrt(i), "flat": lambda i: np.ones_like(i)}
