@@ -124,5 +124,28 @@ def test_argument_mistakes_are_refused_by_name(kwargs, message):
 
 def test_a_budget_too_small_for_every_layer_is_refused():
     model = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256))
-    with pytest.raises(ValueError, match="budget: expected at least"):
-        sketch_model(model, param_ratio=0.01, calibration=[torch.randn(8, 256)], allocation="global")
+    with pytest.raises(ValueError, match=r"sketch_model: param_ratio=0.001: the budget of 131 parameters is below "
+                                         r"every calibrated layer at its smallest option \(allocate: budget: expected "
+                                         r"at least 1024"):
+        sketch_model(model, param_ratio=0.001, calibration=[torch.randn(8, 256)], allocation="global")
+
+
+def test_a_small_budget_takes_ranks_below_16_and_rectangular_layers_quantize(rng):
+    from sketchcore.torch import Int8Linear
+
+    generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 32))
+    data = [torch.randn(256, 64, generator=generator)]
+    report = sketch_model(model, param_ratio=0.25, calibration=data, allocation="global")
+    assert report.budget[2] <= report.budget[1] == int(0.25 * (64 * 128 + 128 * 32))
+    assert all(1 <= row.rank < 16 for row in report.replaced.values())
+    wide = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 48)).eval()
+    reference = copy.deepcopy(wide)
+    report = sketch_model(wide, bytes_ratio=0.26, calibration=[torch.randn(256, 64, generator=generator)],
+                          allocation="global", quantize="int8")
+    full = [name for name, m in wide.named_children() if isinstance(m, Int8Linear)]
+    assert full and all(report[name].choice == "int8" and report[name].output_error < 0.02 for name in full)
+    x = torch.randn(64, 64, generator=generator)
+    with torch.no_grad():  # held-out error as the calibration error (random weights: the rank costs)
+        error = torch.linalg.norm(wide(x) - reference(x)) / torch.linalg.norm(reference(x))
+    assert error < 1.5 * report.output_error + 0.02

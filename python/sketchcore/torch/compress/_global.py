@@ -78,7 +78,12 @@ def allocate_layers(model: nn.Module, layers: Mapping[str, tuple[nn.Module, Tens
     dense = sum(layers[n][1].numel() for n in names)
     budget = int(math.floor((bytes_ratio * 4 * dense) if by_bytes else (param_ratio or 0.0) * dense))
     energy = sensitivities.model_energy
-    chosen = allocate(options, budget, negligible=NEGLIGIBLE * energy)
+    try:
+        chosen = allocate(options, budget, negligible=NEGLIGIBLE * energy)
+    except ValueError as error:
+        given = f"bytes_ratio={bytes_ratio}" if by_bytes else f"param_ratio={param_ratio}"
+        raise ValueError(f"sketch_model: {given}: the budget of {budget} {'bytes' if by_bytes else 'parameters'} is "
+                         f"below every calibrated layer at its smallest option ({error})") from None
     choices = {name: Choice(option, directions[name], _share(option.error, energy)) for name, option in chosen.items()}
     total = sum(option.error for option in chosen.values())
     return Allocation(choices, "bytes" if by_bytes else "parameters", budget,
@@ -98,7 +103,7 @@ def _options(n_in: int, n_out: int, energies: list[float], scale: float, q: floa
     options = [Option("dense", 0, 4 * dense if by_bytes else dense, 0.0)]
     if int8:
         options.append(Option("int8", 0, dense + 4 * n_out, scale * q))
-    for rank in _ranks.aligned_ranks(min(n_in, n_out)):
+    for rank in _candidate_ranks(min(n_in, n_out)):
         size = rank * (n_in + n_out)
         if size >= dense:
             break
@@ -108,6 +113,12 @@ def _options(n_in: int, n_out: int, energies: list[float], scale: float, q: floa
         else:
             options.append(Option("lowrank", rank, 4 * size if by_bytes else size, scale * kept))
     return options
+
+
+def _candidate_ranks(limit: int) -> list[int]:
+    """The ranks the rule picks (:func:`sketchcore._ranks.aligned_ranks`) and, for a budget too
+    small for them, every rank below 16 (as ``param_ratio`` alone gives a tiny budget)."""
+    return sorted(set(range(1, min(limit, _ranks.SMALL_GRANULE - 1) + 1)) | set(_ranks.aligned_ranks(limit)))
 
 
 def _int8_error(M: Tensor, gram: Tensor, sensitivity: LayerSensitivity) -> float:

@@ -4,13 +4,14 @@ factors from the weight's SVD or, with calibration, from the whitened truncation
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from torch import Tensor, nn
 
 from sketchcore.torch.compress import _whitened
 from sketchcore.torch.compress._convert_linear import build, dense_equivalent
+from sketchcore.torch.compress._global import Choice
 from sketchcore.torch.compress._handlers import Handler, Job, Selection, Skip
 from sketchcore.torch.compress._plan import ConversionPlan
 from sketchcore.torch.compress._registry import read_linear, spec_of, unregistered_subclass
@@ -23,6 +24,11 @@ from sketchcore.torch.layers import _factors
 class LinearJob(Job):
     M: Tensor  # in × out
     bias: Optional[Tensor]
+    choice: Optional[Choice] = None  # the global allocation's, when there is one
+
+    def chosen(self, choice: Choice) -> LinearJob:
+        """The same job with the global allocation's choice."""
+        return replace(self, choice=choice)
 
     @property
     def gram_width(self) -> Optional[int]:
@@ -60,10 +66,18 @@ class LinearHandler(Handler):
 
         if plan.calibrated and gram is None:
             return kept("never called on the calibration inputs")
-        s, Vt = _whitened.whitened_svd(M, gram) if gram is not None else (None, None)
-        rank, reason = plan.rank(n_in, n_out, plan.layer, _needed_rank(M, s, plan.tolerance))
-        if reason:
-            return kept(reason)
+        if job.choice is not None:
+            option = job.choice.option
+            if option.kind == "dense":
+                return None, _with_choice(kept("the global allocation keeps it dense")[1], job.choice)
+            if option.kind == "int8":
+                return _full_rank_int8(job, plan, gram)
+            rank, Vt = option.rank, job.choice.Vt
+        else:
+            s, Vt = _whitened.whitened_svd(M, gram) if gram is not None else (None, None)
+            rank, reason = plan.rank(n_in, n_out, plan.layer, _needed_rank(M, s, plan.tolerance))
+            if reason:
+                return kept(reason)
         if plan.layer == "lowrank":
             rank = min(rank, n_in, n_out)
             flops = 2 * rank * (n_in + n_out)
@@ -76,9 +90,10 @@ class LinearHandler(Handler):
         # init="random" approximates no weight (a model to pretrain): its weight error is unknown (NaN).
         weight_error = math.nan if plan.init == "random" else _factors.relative_error(approximation, M)
         output_error = _whitened.output_error(approximation, M, gram) if gram is not None else None
-        return new, LayerReport.replacement(job.name, job.module, new, rank=rank, flops_before=dense_flops,
-                                            flops_after=flops, weight_error=weight_error, output_error=output_error,
-                                            in_features=n_in, out_features=n_out)
+        row = LayerReport.replacement(job.name, job.module, new, rank=rank, flops_before=dense_flops,
+                                      flops_after=flops, weight_error=weight_error, output_error=output_error,
+                                      in_features=n_in, out_features=n_out)
+        return new, _with_choice(row, job.choice)
 
 
 def _needed_rank(M: Tensor, whitened: Optional[Tensor], tolerance: Optional[float]) -> Optional[int]:
@@ -89,3 +104,28 @@ def _needed_rank(M: Tensor, whitened: Optional[Tensor], tolerance: Optional[floa
     if whitened is not None:
         return _whitened.rank_for_output_tolerance(whitened, tolerance)[0]
     return _factors.rank_for_tolerance(M, tolerance)[0]
+
+
+def _with_choice(row: LayerReport, choice: Optional[Choice]) -> LayerReport:
+    """``row`` with the global allocation's choice and predicted error (unchanged without one)."""
+    if choice is not None:
+        row.choice = choice.option.kind
+        row.predicted_error = choice.predicted_error
+    return row
+
+
+def _full_rank_int8(job: LinearJob, plan: ConversionPlan, gram: Optional[Tensor]) -> tuple[nn.Module, LayerReport]:
+    """The global allocation's full-rank int8 layer: the dense weight in int8 (one int8 GEMM)."""
+    from sketchcore.torch.layers._int8_linear import Int8Linear
+
+    M = job.M
+    n_in, n_out = M.shape
+    new = Int8Linear.from_matrix(M, job.bias, activation=plan.layer_options.get("activation"))
+    approximation = new.dequantized_weight().to(M.dtype)  # in × out
+    output_error = _whitened.output_error(approximation, M, gram) if gram is not None else None
+    row = LayerReport.replacement(job.name, job.module, new, rank=min(n_in, n_out), flops_before=2 * n_in * n_out,
+                                  flops_after=2 * n_in * n_out,
+                                  weight_error=_factors.relative_error(approximation, M), output_error=output_error,
+                                  in_features=n_in, out_features=n_out)
+    row.quantize = "int8"
+    return new, _with_choice(row, job.choice)

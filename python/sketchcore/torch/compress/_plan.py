@@ -49,6 +49,10 @@ class ConversionPlan:
     calibrated: bool
     layer_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     quantize: Optional[str] = None
+    #: "uniform" (each layer sized alone) or "global" (one budget over all calibrated layers)
+    allocation: str = "uniform"
+    #: with allocation="global": the budget as a ratio of the layers' float32 bytes
+    bytes_ratio: Optional[float] = None
 
     @classmethod
     def of(cls, *, num_terms: Optional[int] = None, low_rank: Optional[int] = None, tolerance: Optional[float] = None,
@@ -56,14 +60,15 @@ class ConversionPlan:
            exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
            attention: Optional[int] = None, calibrated: bool = False, tied: str = "keep",
            inner_activation: Optional[str] = None, layer_options: Optional[Mapping[str, Any]] = None,
-           quantize: Optional[str] = None) -> ConversionPlan:
+           quantize: Optional[str] = None, allocation: str = "uniform",
+           bytes_ratio: Optional[float] = None) -> ConversionPlan:
         """The plan of a ``sketch_model`` call (the same defaults); raises sketch_model's ValueErrors."""
-        sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio))
+        sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio, bytes_ratio))
         attention_only = sizes == 0 and attention is not None and not conv2d
         if sizes != 1 and not attention_only:
-            raise ValueError("sketch_model: expected exactly one of low_rank, tolerance and param_ratio (or none with "
-                             f"only attention=), got low_rank={low_rank!r}, tolerance={tolerance!r}, "
-                             f"param_ratio={param_ratio!r}")
+            raise ValueError("sketch_model: expected exactly one of low_rank, tolerance, param_ratio and bytes_ratio "
+                             f"(or none with only attention=), got low_rank={low_rank!r}, tolerance={tolerance!r}, "
+                             f"param_ratio={param_ratio!r}, bytes_ratio={bytes_ratio!r}")
         if layer is None:
             layer = "sklinear" if num_terms is not None or conv2d else "lowrank"
         if layer not in ("sklinear", "lowrank"):
@@ -85,17 +90,18 @@ class ConversionPlan:
         check_pretraining_options(layer, init, inner_activation, calibrated)
         if quantize is not None:
             check_quantize_config(quantize, "sketch_model: quantize")
+        _check_allocation(allocation, bytes_ratio, param_ratio, layer, init, calibrated, quantize)
         options = dict(layer_options or {})
         if inner_activation is not None:
             options["inner_activation"] = inner_activation
         return cls(layer, num_terms, low_rank, tolerance, param_ratio,
                    tuple(include) if include is not None else None, tuple(exclude or ()), init, conv2d, attention,
-                   tied, calibrated, MappingProxyType(options), quantize)
+                   tied, calibrated, MappingProxyType(options), quantize, allocation, bytes_ratio)
 
     @property
     def attention_only(self) -> bool:
         """Only attention is converted (no size was given)."""
-        return self.low_rank is None and self.tolerance is None and self.param_ratio is None
+        return self.low_rank is None and self.tolerance is None and self.param_ratio is None and self.bytes_ratio is None
 
     def matches(self, name: str) -> bool:
         """Whether the module called ``name`` matches ``include`` and none of ``exclude``."""
@@ -133,3 +139,28 @@ class ConversionPlan:
             return 0, (f"tolerance {self.tolerance} needs rank {needed}, and the next rank the GPU kernels like is "
                        "not fewer parameters than dense")
         return aligned, ""
+
+
+def _check_allocation(allocation: object, bytes_ratio: Optional[float], param_ratio: Optional[float], layer: str,
+                      init: str, calibrated: bool, quantize: Optional[str]) -> None:
+    """Raises sketch_model's ValueErrors for ``allocation`` and ``bytes_ratio``."""
+    if allocation not in ("uniform", "global"):
+        raise ValueError(f"sketch_model: allocation: expected 'uniform' or 'global', got {allocation!r}")
+    if bytes_ratio is not None:
+        if allocation != "global":
+            raise ValueError("sketch_model: bytes_ratio: expected allocation='global' (a byte budget is spent over all "
+                             f"layers), got allocation={allocation!r}")
+        if not (isinstance(bytes_ratio, (int, float)) and 0.0 < bytes_ratio <= 1.0):
+            raise ValueError(f"sketch_model: bytes_ratio: expected a number in (0, 1] (new bytes / the layers' float32 "
+                             f"bytes), got {bytes_ratio!r}")
+    if allocation != "global":
+        return
+    wants = [(param_ratio is None and bytes_ratio is None, "param_ratio= or bytes_ratio= (the budget)"),
+             (not calibrated, "calibration= (the layers' errors are measured on it)"),
+             (layer != "lowrank", "layer='lowrank'"), (init != "svd", "init='svd'"),
+             (quantize not in (None, "int8"), "quantize=None or 'int8'")]
+    for missing, what in wants:
+        if missing:
+            raise ValueError(f"sketch_model: allocation='global': expected {what}, got layer={layer!r}, "
+                             f"init={init!r}, param_ratio={param_ratio!r}, bytes_ratio={bytes_ratio!r}, "
+                             f"calibration={'given' if calibrated else None}, quantize={quantize!r}")

@@ -32,7 +32,12 @@ class LayerReport:
         The new LowRankLinear's bottleneck activation ("none" for a linear layer).
     quantize : str
         ``"int8"`` or ``"fp8"`` when the new layer was quantized (``sketch_model(quantize=...)``: an
-        Int8LowRankLinear or Fp8LowRankLinear holding the factors in 8 bits), else ``"none"``.
+        Int8LowRankLinear or Fp8LowRankLinear holding the factors in 8 bits, or an Int8Linear), else
+        ``"none"``.
+    choice : str
+        The global allocation's option for the layer (``allocation="global"``), else ``""``.
+    predicted_error : float, optional
+        The global allocation's predicted share of the model's output error.
 
     Raises
     ------
@@ -73,8 +78,15 @@ class LayerReport:
     output_error: Optional[float] = None
     #: σ of a LowRankLinear(inner_activation=...) built for pretraining; "none" otherwise
     inner_activation: str = "none"
-    #: "int8" or "fp8" when the new layer holds 8-bit factors (Int8/Fp8LowRankLinear); "none" otherwise
+    #: "int8" or "fp8" when the new layer holds 8-bit factors (Int8/Fp8LowRankLinear) or an 8-bit
+    #: weight (Int8Linear); "none" otherwise
     quantize: str = "none"
+    #: with allocation="global": the option chosen ("dense", "lowrank", "lowrank-int8" or "int8",
+    #: the full-rank weight in int8); "" otherwise
+    choice: str = ""
+    #: with allocation="global": this layer's predicted share of the model's relative output
+    #: error on the calibration inputs, √(its predicted ‖Δout‖² / ‖out‖²); None otherwise
+    predicted_error: Optional[float] = None
 
     @classmethod
     def kept_dense(cls, name: str, module: nn.Module, reason: str, *, in_features: int = 0, out_features: int = 0,
@@ -144,6 +156,14 @@ class ConversionReport(Mapping[str, LayerReport]):
         self.calibrated = False
         self.calibration_batches = 0  #: number of calibration batches run
         self.output_error: Optional[float] = None
+        #: "uniform" or "global" (one budget over all calibrated layers)
+        self.allocation = "uniform"
+        #: with allocation="global": the budget's unit ("parameters" or "bytes"), the budget and
+        #: what the chosen layers spend of it; None otherwise
+        self.budget: Optional[tuple[str, int, int]] = None
+        #: with allocation="global": the predicted relative output error of the model (to compare
+        #: with the measured ``output_error``); None otherwise
+        self.predicted_output_error: Optional[float] = None
 
     def __getitem__(self, name: str) -> LayerReport:
         return self.replaced[name]
@@ -194,12 +214,17 @@ class ConversionReport(Mapping[str, LayerReport]):
             shape = f"{r.in_features}→{r.out_features}"
             name = r.name if len(r.name) <= 34 else "…" + r.name[-33:]
             kind = r.kind if r.inner_activation == "none" else f"{r.kind}(σ={r.inner_activation})"
-            kind += f"[{r.quantize}]" if r.quantize != "none" else ""
+            kind += f"[{r.quantize}]" if r.quantize != "none" and r.kind != "Int8Linear" else ""
             lines.append(f"{name:<34} {kind:<22} {shape:>11} {r.rank:>5} "
                          f"{r.params_before:>9,}→{r.params_after:<9,} "
                          f"{r.flops_before / 1e6:>8.3f}→{r.flops_after / 1e6:<8.3f} {self._error_text(r):>10}"
+                         + (f"  predicted {r.predicted_error:.4f}" if r.predicted_error is not None else "")
                          + (f"  ({r.reason})" if r.reason else ""))
         lines.append(f"total parameters of the converted layers: {self.params_before:,} → {self.params_after:,}")
+        if self.budget is not None:
+            unit, budget, spent = self.budget
+            lines.append(f"global allocation: {spent:,} of a budget of {budget:,} {unit}; predicted model output "
+                         f"error {self.predicted_output_error:.4f} (each layer's 'predicted': its share)")
         if self.calibrated:
             lines.append(f"errors: relative output error of each layer on the activations of {self.calibration_batches} "
                          "calibration batch(es)")
