@@ -5,25 +5,27 @@ whole model against the original modules on the same inputs."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
 
 
-def batches_of(calibration: Iterable[Any]) -> list[Any]:
+def batches_of(calibration: Iterable[Any], what: str = "sketch_model: calibration") -> list[Any]:
     """The calibration inputs as a list (iterated once; the inputs are kept so that the
-    converted model can be measured on them too). Raises on a non-iterable or an empty one."""
+    converted model can be measured on them too). Raises on a non-iterable or an empty one;
+    ``what`` names the argument in the messages."""
     if isinstance(calibration, (Tensor, Mapping)) or not isinstance(calibration, Iterable):
-        raise TypeError("sketch_model: calibration: expected an iterable of model inputs (a list of tensors, of "
+        raise TypeError(f"{what}: expected an iterable of model inputs (a list of tensors, of "
                         f"tuples of positional arguments or of dicts of keyword arguments), got "
                         f"{type(calibration).__name__}" + (" (wrap a single batch in a list: [batch])"
                                                            if isinstance(calibration, (Tensor, Mapping)) else ""))
     batches = list(calibration)
     if not batches:
-        raise ValueError("sketch_model: calibration: expected at least one batch of model inputs, got none")
+        raise ValueError(f"{what}: expected at least one batch of model inputs, got none")
     return batches
 
 
@@ -66,11 +68,20 @@ RowsOf = Callable[[Tensor], Optional[Tensor]]
 
 @contextlib.contextmanager
 def gram_hooks(layers: Mapping[str, tuple[nn.Module, RowsOf]]) -> Iterator[dict[str, Tensor]]:
-    """Within the block, every call of a named layer adds RᵀR to the yielded dict, R =
-    ``rows(x)`` of its input x (None: the call is skipped); layers given the same input tensor
-    through the same ``rows`` function in a row share its product."""
+    """Within the block, every call of a named layer adds RᵀR to the yielded dict (float64), R =
+    ``rows(x)`` of its input x (None: the call is skipped). Layers given the same input tensor
+    through the same ``rows`` function in a row share its product, and layers that received the
+    same inputs in every call so far (q, k and v; gate and up) share one accumulated tensor: the
+    dict maps their names to the same object (treat it as read-only). The product is computed in
+    the rows' dtype (float32 rows: a float32 GEMM, half the float64 cost) and summed across calls
+    in float64."""
     grams: dict[str, Tensor] = {}
-    last: dict[int, tuple[Tensor, Optional[Tensor]]] = {}  # id(rows) → (the last input, its RᵀR)
+    last: dict[int, tuple[Tensor, Optional[Tensor], int]] = {}  # id(rows) → (last input, its RᵀR, serial)
+    serials = itertools.count(1)
+    state: dict[str, int] = {}  # layer → the key of its accumulator (the sequence of products it received)
+    after: dict[tuple[int, int], int] = {}  # (key, product serial) → the key of the sum
+    sums: dict[int, Tensor] = {}  # key → accumulated tensor, while some layer holds it
+    holders: dict[int, int] = {}
 
     def hook_for(name: str, rows_of: RowsOf) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -81,9 +92,26 @@ def gram_hooks(layers: Mapping[str, tuple[nn.Module, RowsOf]]) -> Iterator[dict[
             if entry is None or entry[0] is not x:
                 with torch.no_grad():
                     rows = rows_of(x.detach())
-                entry = last[id(rows_of)] = (x, None if rows is None else rows.t() @ rows)
-            if entry[1] is not None:
-                grams[name] = grams[name] + entry[1] if name in grams else entry[1].clone()
+                entry = last[id(rows_of)] = (x, None if rows is None else rows.t() @ rows, next(serials))
+            product, serial = entry[1], entry[2]
+            if product is None:
+                return
+            key = state.get(name, 0)
+            new = after.get((key, serial))
+            if new is None:
+                new = after[(key, serial)] = next(serials)
+                with torch.no_grad():
+                    if key:
+                        sums[new] = sums[key] + product.to(torch.float64)
+                    else:
+                        sums[new] = product.to(torch.float64, copy=True)
+            holders[new] = holders.get(new, 0) + 1
+            if key:
+                holders[key] -= 1
+                if not holders[key]:
+                    del holders[key], sums[key]
+            state[name] = new
+            grams[name] = sums[new]
         return hook
 
     handles = [module.register_forward_pre_hook(hook_for(name, rows_of), with_kwargs=True)
@@ -95,18 +123,30 @@ def gram_hooks(layers: Mapping[str, tuple[nn.Module, RowsOf]]) -> Iterator[dict[
             handle.remove()
 
 
-def collect_grams(model: nn.Module, layers: Mapping[str, tuple[nn.Module, int]], batches: list[Any]
-                  ) -> dict[str, Tensor]:
+def rows_for(d_in: int) -> RowsOf:
+    """The rows of a linear layer's input of width ``d_in`` (None for another width): float64 for
+    float64 inputs, float32 otherwise (the Gram product's dtype; the sums are float64)."""
+    def rows_of(x: Tensor) -> Optional[Tensor]:
+        if x.shape[-1] != d_in:
+            return None
+        rows = x.reshape(-1, d_in)
+        return rows if rows.dtype in (torch.float64, torch.float32) else rows.to(torch.float32)
+    return rows_of
+
+
+def collect_grams(model: nn.Module, layers: Mapping[str, tuple[nn.Module, int]], batches: Iterable[Any],
+                  outputs: Optional[Callable[[Any], None]] = None) -> dict[str, Tensor]:
     """XᵀX (float64, d_in × d_in) of the inputs each named layer (module, d_in) receives over
     all batches, rows being the positions of the leading dimensions. Layers never called are
-    absent from the result. Layers given the same input tensor in a call share its product."""
-    flat: dict[int, RowsOf] = {}
-    for d_in in {d for _, d in layers.values()}:
-        flat[d_in] = lambda x, d=d_in: x.reshape(-1, d).to(torch.float64) if x.shape[-1] == d else None
+    absent from the result. Layers given the same input tensor in every call share one tensor.
+    ``outputs``, when given, receives the model's output on each batch in turn."""
+    flat = {d_in: rows_for(d_in) for d_in in {d for _, d in layers.values()}}
     with gram_hooks({name: (module, flat[d_in]) for name, (module, d_in) in layers.items()}) as grams:
         with evaluating(model):
             for batch in batches:
-                call_model(model, batch)
+                output = call_model(model, batch)
+                if outputs is not None:
+                    outputs(output)
     return grams
 
 
@@ -126,6 +166,18 @@ def first_tensor(output: Any) -> Optional[Tensor]:
     return None
 
 
+def _reference(model: nn.Module, batch: Any, originals: Mapping[str, nn.Module], converted: Mapping[str, nn.Module],
+               swap: Callable[[str, nn.Module], None]) -> Optional[Tensor]:
+    """The model's first output tensor on ``batch`` with the original modules swapped back in."""
+    for name, original in originals.items():
+        swap(name, original)
+    try:
+        return first_tensor(call_model(model, batch))
+    finally:
+        for name, module in converted.items():
+            swap(name, module)
+
+
 class _Relative:
     """Accumulates ‖a − b‖² and ‖b‖² over batches, in float64."""
 
@@ -142,13 +194,17 @@ class _Relative:
         return math.sqrt(self.error / self.total) if self.total > 0 else math.sqrt(self.error)
 
 
-def measure(model: nn.Module, originals: Mapping[str, nn.Module], attention: Iterable[str], batches: list[Any],
+def measure(model: nn.Module, originals: Mapping[str, nn.Module], attention: Iterable[str], batches: Sequence[Any],
             swap: Callable[[str, nn.Module], None]) -> tuple[dict[str, float], Optional[float]]:
     """After conversion: the relative output error of each converted attention module named in
     ``attention`` (its output against the original module's on the very inputs it receives),
     and of the whole model (its first output tensor against the model with every original
     module swapped back in, batch by batch, so no outputs are stored). ``swap(name, module)``
-    puts a module in place."""
+    puts a module in place. When ``batches`` is a ``Calibration`` that kept the original model's
+    outputs (its ``reference_outputs()``, from its own pass over them), those are the reference
+    and the original modules are not run again: one pass over the batches instead of two."""
+    kept = getattr(batches, "reference_outputs", None)  # duck-typed: _calibration builds on this module
+    references: Optional[Sequence[Optional[Tensor]]] = kept() if callable(kept) else None
     per_layer = {name: _Relative() for name in attention}
     model_error = _Relative()
     converted = {name: model.get_submodule(name) for name in originals}
@@ -168,15 +224,11 @@ def measure(model: nn.Module, originals: Mapping[str, nn.Module], attention: Ite
         original.eval()  # swapped into the model in eval mode, as the converted modules run
     try:
         with evaluating(model):
-            for batch in batches:
+            for index, batch in enumerate(batches):
                 new = first_tensor(call_model(model, batch))
-                for name, original in originals.items():
-                    swap(name, original)
-                try:
-                    old = first_tensor(call_model(model, batch))
-                finally:
-                    for name, module in converted.items():
-                        swap(name, module)
+                old = references[index] if references is not None else None
+                if new is not None and (old is None or old.shape != new.shape or old.dtype != new.dtype):
+                    old = _reference(model, batch, originals, converted, swap)
                 if new is None or old is None:
                     seen_tensor = False
                 else:
