@@ -18,7 +18,7 @@ from sketchcore._progress import Progress
 from sketchcore.torch._common import positive_int
 from sketchcore.torch.compress._calibrate import call_model, first_tensor
 from sketchcore.torch.layers._layer_state import SketchedLayer
-from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
+from sketchcore.torch.compress._float_standins import float_standins
 
 __all__ = ["HealReport", "heal"]
 
@@ -232,8 +232,13 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
     peak ``lr`` 3e-3, linear warm-up over the first ``warmup`` fraction of the steps then cosine
     decay to 0, gradients clipped at norm 1.0; a few hundred steps.
 
-    Both models run in **eval mode** (no dropout; quantized layers are inference only) with grad
-    enabled for the student; the teacher runs under ``no_grad`` and its parameters never change.
+    A quantized model heals too: its 8-bit layers (inference only) are replaced for the duration
+    by float layers computing their dequantized maps — low-rank ones trained, full-rank
+    :class:`Int8Linear` ones frozen — and the low-rank ones are quantized again afterwards, in
+    their format, from the trained factors (so ``sketch_model(..., quantize="int8")`` then
+    ``heal`` heals before the final quantization).
+
+    Both models run in **eval mode** (no dropout) with grad enabled for the student; the teacher runs under ``no_grad`` and its parameters never change.
     Every module's training flag, every parameter's ``requires_grad`` flag and ``.grad`` are
     restored afterwards. While the data is cycled, the teacher's targets are computed once per
     batch and kept while they fit in 512 MiB.
@@ -285,9 +290,8 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
     ValueError
         ``model is teacher``; ``data`` or ``validation`` empty; ``steps`` or ``batch_size`` not an
         integer ≥ 1; ``lr`` not a number > 0; ``warmup`` outside [0, 1); an unknown ``loss`` or
-        ``params`` (the message lists the valid ones); no trainable parameter (e.g. every
-        sketched layer quantized: heal before :func:`quantize_`); a trained parameter shared with
-        the teacher; a quantized layer on the gradient's path.
+        ``params`` (the message lists the valid ones); no trainable parameter (no sketched layer: convert
+        the model first); a trained parameter shared with the teacher.
 
     Examples
     --------
@@ -328,85 +332,77 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
         batches = [piece for batch in batches for piece in _split(batch, batch_size)]
         held_out = held_out and [piece for batch in held_out for piece in _split(batch, batch_size)]
 
-    quantized = [name for name, module in model.named_modules() if isinstance(module, QuantizedLowRankLinear)]
-    if params == "factors":
-        seen: dict[int, nn.Parameter] = {}
-        for module in model.modules():
-            if isinstance(module, SketchedLayer):
-                seen.update((id(p), p) for p in module.parameters())
-        trained = list(seen.values())
-    else:
-        trained = list(model.parameters())
-    if not trained:
-        hint = (f" (its sketched layers are quantized, e.g. {quantized[0]!r}: inference only; heal the float model, "
-                "then quantize_)" if quantized else " (convert it with sketch_model first)" if params == "factors"
-                else "")
-        raise ValueError(f"{_WHERE}: params: expected {params!r} to select at least one parameter of model, "
-                         f"got none{hint}")
-    shared = {id(p) for p in teacher.parameters()} & {id(p) for p in trained}
-    if shared:
-        raise ValueError(f"{_WHERE}: teacher: expected a model that shares no trained parameter with model, got "
-                         f"{len(shared)} shared (pass a copy.deepcopy of the original model)")
+    with float_standins(model):  # 8-bit layers heal as float ones, quantized again after
+        if params == "factors":
+            seen: dict[int, nn.Parameter] = {}
+            for module in model.modules():
+                if isinstance(module, SketchedLayer):
+                    seen.update((id(p), p) for p in module.parameters())
+            trained = list(seen.values())
+        else:
+            trained = list(model.parameters())
+        if not trained:
+            hint = " (convert it with sketch_model first)" if params == "factors" else ""
+            raise ValueError(f"{_WHERE}: params: expected {params!r} to select at least one parameter of model, "
+                             f"got none{hint}")
+        shared = {id(p) for p in teacher.parameters()} & {id(p) for p in trained}
+        if shared:
+            raise ValueError(f"{_WHERE}: teacher: expected a model that shares no trained parameter with model, got "
+                             f"{len(shared)} shared (pass a copy.deepcopy of the original model)")
 
-    hidden = loss == "hidden" and _is_transformers(model) and _is_transformers(teacher)
-    loss_of = _LOSS_FUNCTIONS[loss]
-    rate = float(lr) if lr is not None else DEFAULT_LR[loss]
+        hidden = loss == "hidden" and _is_transformers(model) and _is_transformers(teacher)
+        loss_of = _LOSS_FUNCTIONS[loss]
+        rate = float(lr) if lr is not None else DEFAULT_LR[loss]
 
-    def targets(batch: Any) -> list[Tensor]:
-        with torch.no_grad():
-            return [t.detach() for t in _features(_call(teacher, batch, hidden), hidden)]
+        def targets(batch: Any) -> list[Tensor]:
+            with torch.no_grad():
+                return [t.detach() for t in _features(_call(teacher, batch, hidden), hidden)]
 
-    def distance(batch: Any, target: list[Tensor]) -> Tensor:
-        student = _features(_call(model, batch, hidden), hidden)
-        return loss_of(student, target, _mask(batch, target[0]))
+        def distance(batch: Any, target: list[Tensor]) -> Tensor:
+            student = _features(_call(model, batch, hidden), hidden)
+            return loss_of(student, target, _mask(batch, target[0]))
 
-    def evaluate(inputs: list[Any]) -> float:
-        with torch.no_grad():
-            return sum(float(distance(batch, targets(batch))) for batch in inputs) / len(inputs)
+        def evaluate(inputs: list[Any]) -> float:
+            with torch.no_grad():
+                return sum(float(distance(batch, targets(batch))) for batch in inputs) / len(inputs)
 
-    optimizer = torch.optim.AdamW(trained, lr=rate, weight_decay=0.0)
-    ramp = int(round(warmup * steps))
+        optimizer = torch.optim.AdamW(trained, lr=rate, weight_decay=0.0)
+        ramp = int(round(warmup * steps))
 
-    def schedule(step: int) -> float:
-        if step < ramp:
-            return (step + 1) / (ramp + 1)
-        return 0.5 * (1 + math.cos(math.pi * (step - ramp) / max(1, steps - ramp)))
+        def schedule(step: int) -> float:
+            if step < ramp:
+                return (step + 1) / (ramp + 1)
+            return 0.5 * (1 + math.cos(math.pi * (step - ramp) / max(1, steps - ramp)))
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    cache: dict[int, list[Tensor]] = {}
-    cached_bytes = 0
-    losses: list[float] = []
-    with _healing_state(model, teacher, trained):
-        before = evaluate(held_out) if held_out is not None else None
-        bar = Progress(steps, "heal") if progress else None
-        start = time.perf_counter()
-        for step in range(steps):
-            index = step % len(batches)
-            batch = batches[index]
-            target = cache.get(index)
-            if target is None:
-                target = targets(batch)
-                size = sum(t.numel() * t.element_size() for t in target)
-                if len(batches) < steps and cached_bytes + size <= CACHE_BYTES:
-                    cache[index] = target
-                    cached_bytes += size
-            try:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        cache: dict[int, list[Tensor]] = {}
+        cached_bytes = 0
+        losses: list[float] = []
+        with _healing_state(model, teacher, trained):
+            before = evaluate(held_out) if held_out is not None else None
+            bar = Progress(steps, "heal") if progress else None
+            start = time.perf_counter()
+            for step in range(steps):
+                index = step % len(batches)
+                batch = batches[index]
+                target = cache.get(index)
+                if target is None:
+                    target = targets(batch)
+                    size = sum(t.numel() * t.element_size() for t in target)
+                    if len(batches) < steps and cached_bytes + size <= CACHE_BYTES:
+                        cache[index] = target
+                        cached_bytes += size
                 value = distance(batch, target)
                 optimizer.zero_grad(set_to_none=True)
                 value.backward()
-            except RuntimeError as error:
-                if quantized and "not supported" in str(error):
-                    raise ValueError(f"{_WHERE}: model: expected no quantized layer on the gradient's path, got "
-                                     f"{quantized[0]!r} ({error}); heal the float model, then quantize_") from error
-                raise
-            torch.nn.utils.clip_grad_norm_(trained, 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(float(value.detach()))
-            if bar is not None:
-                bar.step(f"loss {losses[-1]:.4g}")
-        seconds = time.perf_counter() - start
-        optimizer.zero_grad(set_to_none=True)
-        after = evaluate(held_out) if held_out is not None else None
-    return HealReport(losses=losses, steps=steps, seconds=seconds, lr=rate, loss=loss,
-                      trained=sum(p.numel() for p in trained), validation_before=before, validation_after=after)
+                torch.nn.utils.clip_grad_norm_(trained, 1.0)
+                optimizer.step()
+                scheduler.step()
+                losses.append(float(value.detach()))
+                if bar is not None:
+                    bar.step(f"loss {losses[-1]:.4g}")
+            seconds = time.perf_counter() - start
+            optimizer.zero_grad(set_to_none=True)
+            after = evaluate(held_out) if held_out is not None else None
+        return HealReport(losses=losses, steps=steps, seconds=seconds, lr=rate, loss=loss,
+                          trained=sum(p.numel() for p in trained), validation_before=before, validation_after=after)
