@@ -54,8 +54,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                        "global bytes 0.35 int8", "uniform 0.5 + heal", "uniform 0.5 + heal int8"]},
 }
 ROWS = ("original", "torch int8", "torchao int8", "uniform 0.5", "uniform 0.5 int8", "uniform 0.7", "uniform 0.7 int8",
-        "global 0.5", "global 0.7", "global bytes 0.25 int8", "global bytes 0.35 int8", "uniform 0.5 + heal",
-        "global 0.5 + heal", "uniform 0.5 + heal int8", "global 0.5 + heal int8")
+        "global 0.5", "global 0.7", "global bytes 0.15 int8", "global bytes 0.2 int8", "global bytes 0.25 int8",
+        "global bytes 0.35 int8", "uniform 0.5 + heal", "global 0.5 + heal", "uniform 0.5 + heal int8",
+        "global 0.5 + heal int8", "global bytes 0.15 int8 + heal", "global bytes 0.2 int8 + heal")
 
 
 class NotRun(Exception):
