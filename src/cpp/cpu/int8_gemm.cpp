@@ -182,15 +182,18 @@ void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::in
                         std::int64_t col_stride, std::int64_t rows, std::int64_t cols, Int8Isa isa, std::uint8_t* dst,
                         std::int64_t dst_stride, float* scale, float scale_factor) {
   const bool offset = int8_isa_offsets_activations(isa);
-  const bool vector = (isa == Int8Isa::avx512_vnni || isa == Int8Isa::amx) && (col_stride == 1 || cols <= 1);
+  const bool contiguous = col_stride == 1 || cols <= 1;
+  const bool vector = (isa == Int8Isa::avx512_vnni || isa == Int8Isa::amx) && contiguous;
+  const bool vector256 = (isa == Int8Isa::avx2 || isa == Int8Isa::avx_vnni) && contiguous;
   const std::int64_t padded = 4 * ((cols + 3) / 4);
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(cols, 1));
   parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = r0; i < r1; ++i) {
       const float* row = x + (row_offsets ? row_offsets[i] : i * row_stride);
 #if SKETCHCORE_INT8_X86
-      const float s = vector ? quantize_row_avx512(row, cols, padded, offset, dst + i * dst_stride)
-                             : quantize_row(row, col_stride, cols, padded, offset, dst + i * dst_stride);
+      const float s = vector      ? quantize_row_avx512(row, cols, padded, offset, dst + i * dst_stride)
+                      : vector256 ? quantize_row_avx2(row, cols, padded, offset, dst + i * dst_stride)
+                                  : quantize_row(row, col_stride, cols, padded, offset, dst + i * dst_stride);
 #else
       const float s = quantize_row(row, col_stride, cols, padded, offset, dst + i * dst_stride);
 #endif

@@ -91,6 +91,8 @@ void int8_amx_release() noexcept;
 bool int8_amx_supported() noexcept;
 /// Quantizes one contiguous row as quantize_rows_int8 does (AVX-512); returns its scale.
 float quantize_row_avx512(const float* x, std::int64_t cols, std::int64_t padded, bool offset, std::uint8_t* dst);
+/// Quantizes one contiguous row as quantize_rows_int8 does (AVX2, the same bits); returns its scale.
+float quantize_row_avx2(const float* x, std::int64_t cols, std::int64_t padded, bool offset, std::uint8_t* dst);
 /// The peak loops (int8 multiply-adds per second on the calling thread).
 double int8_peak_avx512_vnni(std::int64_t iterations);
 double int8_peak_avx_vnni(std::int64_t iterations);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "cpu/x86_intrinsics.hpp"
 
@@ -121,6 +122,58 @@ void int8_tile_avx2(std::int64_t rows, std::int64_t groups, const std::uint8_t* 
                     const std::int8_t* panel, std::int32_t* acc, bool first) {
   static const HalfKernel kernels[] = {half_avx2<1>, half_avx2<2>};
   run_tile(kernels, 2, rows, groups, a, lda, panel, acc, first);
+}
+
+SKETCHCORE_AVX2_INT8_TARGET float quantize_row_avx2(const float* x, std::int64_t cols, std::int64_t padded, bool offset,
+                                                 std::uint8_t* dst) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), largest = _mm256_set1_ps(std::numeric_limits<float>::max());
+  __m256 max_abs = _mm256_setzero_ps(), not_finite = _mm256_setzero_ps();
+  std::int64_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    const __m256 a = _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + j));
+    max_abs = _mm256_max_ps(max_abs, a);
+    not_finite = _mm256_or_ps(not_finite, _mm256_cmp_ps(a, largest, _CMP_NLE_UQ));  // NaN or infinity
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, max_abs);
+  float largest_abs = 0.0f;
+  for (const float lane : lanes) largest_abs = lane > largest_abs ? lane : largest_abs;
+  bool finite = _mm256_movemask_ps(not_finite) == 0;
+  for (; j < cols; ++j) {  // the tail as quantize_rows_int8's scalar code
+    const float a = x[j] < 0.0f ? -x[j] : x[j];
+    largest_abs = a > largest_abs ? a : largest_abs;
+    finite &= a <= std::numeric_limits<float>::max();
+  }
+  const std::uint8_t zero = offset ? 128 : 0;
+  if (!finite || largest_abs == 0.0f) {
+    std::memset(dst, zero, static_cast<std::size_t>(padded));
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float boost = int8_tiny_row_boost(largest_abs);  // as quantize_rows_int8's scalar code
+  const float inverse = 127.0f / (largest_abs * boost);
+  const __m256 inverse_all = _mm256_set1_ps(inverse), low = _mm256_set1_ps(-127.0f), high = _mm256_set1_ps(127.0f),
+               boost_all = _mm256_set1_ps(boost);
+  const __m128i shift = _mm_set1_epi8(static_cast<char>(zero));
+  // x · boost · (127 / max) as the scalar code rounds it, clamped (the bounds are integers, so
+  // clamping first rounds the same), rounded half to even by the default MXCSR; 16 values per pass.
+  j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m256 q0 = _mm256_min_ps(high, _mm256_max_ps(low, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), boost_all), inverse_all)));
+    const __m256 q1 = _mm256_min_ps(high, _mm256_max_ps(low, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), boost_all), inverse_all)));
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_cvtps_epi32(q0), _mm256_cvtps_epi32(q1)), 0xD8);
+    const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j), _mm_add_epi8(bytes, shift));
+  }
+  constexpr float kRound = 12582912.0f;  // as the scalar code: 1.5 · 2^23 rounds half to even
+  for (; j < cols; ++j) {
+    float clamped = x[j] * boost * inverse;
+    clamped = clamped > -127.0f ? clamped : -127.0f;
+    clamped = clamped < 127.0f ? clamped : 127.0f;
+    const float q = (clamped + kRound) - kRound;
+    dst[j] = static_cast<std::uint8_t>(static_cast<std::int32_t>(q) + zero);
+  }
+  std::memset(dst + cols, zero, static_cast<std::size_t>(padded - cols));
+  return largest_abs / 127.0f;
 }
 
 SKETCHCORE_AVXVNNI_TARGET double int8_peak_avx_vnni(std::int64_t iterations) {
