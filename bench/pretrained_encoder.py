@@ -21,8 +21,9 @@ sentences, a disjoint corpus of 4,000 of which the first 400 are queries):
 
 Rows: the original; torch's ``quantize_dynamic`` int8; torchao's int8 dynamic-activation /
 int8-weight (when ``torchao`` imports); ``sketch_model`` with a uniform ``param_ratio`` (± int8
-factors); with ``allocation="global"`` (by parameters, or by bytes with int8) and ``heal`` —
-rows for APIs this sketchcore does not have are recorded as not run, with the reason.
+factors); with ``allocation="global"`` (by parameters, or by bytes with int8); healed by ``heal``
+(400 steps on the calibration batches; an int8 row heals before its final quantization). A row
+whose package is missing (torchao) is recorded as not run, with the reason.
 
     python bench/pretrained_encoder.py --preset full --out bench/results/pretrained-encoder-DATE
     python bench/pretrained_encoder.py --preset quick --out /tmp/pe    # seconds: a toy BERT, the machinery only
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import json
 import statistics
 import subprocess
@@ -75,17 +75,6 @@ def balanced_orders(n: int) -> list[list[int]]:
             high -= 1
     orders = [[(item + shift) % n for item in first] for shift in range(n)]
     return orders if n % 2 == 0 else orders + [order[::-1] for order in orders]
-
-
-def has_global_allocation() -> bool:
-    import sketchcore.torch as sct
-    params = inspect.signature(sct.sketch_model).parameters
-    return "allocation" in params and "bytes_ratio" in params
-
-
-def has_heal() -> bool:
-    import sketchcore.torch as sct
-    return callable(getattr(sct, "heal", None))
 
 
 class Builder:
@@ -138,8 +127,6 @@ class Builder:
         if parts[0] == "uniform" and "+" not in parts:
             return self.sketch(param_ratio=float(parts[1]), **({"quantize": "int8"} if parts[-1] == "int8" else {}))
         if parts[0] == "global" and "+" not in parts:
-            if not has_global_allocation():
-                raise NotRun("sketch_model has no allocation= / bytes_ratio= in this sketchcore")
             if parts[1] == "bytes":
                 return self.sketch(bytes_ratio=float(parts[2]), allocation="global", quantize="int8")
             return self.sketch(param_ratio=float(parts[1]), allocation="global")
@@ -149,8 +136,6 @@ class Builder:
 
     def healed_row(self, base: str, int8: bool) -> tuple[Any, dict]:
         import sketchcore.torch as sct
-        if not has_heal():
-            raise NotRun("sketchcore.torch has no heal() in this sketchcore")
         if base not in self.healed:
             model, info = self.build(base)
             teacher = self.fresh()
@@ -277,13 +262,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results[name] = {"name": name, "run": False, "reason": str(why)}
             print(f"{name}: not run ({why})", flush=True)
             continue
-        except Exception as error:  # noqa: BLE001 - global/heal are new APIs: their failure is recorded, not fatal
-            if not (name.startswith("global") or "heal" in name):
-                raise
-            why = f"failed: {type(error).__name__}: {str(error)[:300]}"
-            results[name] = {"name": name, "run": False, "reason": why}
-            print(f"{name}: not run ({why})", flush=True)
-            continue
         model.eval()
         quality = data.agreement(reference, data.encode(model, held_out), parts["queries"])
         encoder = getattr(model, "encoder", model)
@@ -315,8 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "batch": preset["batch"], "max_length": source["max_length"]},
             "timing": {"rounds": rounds, "orders": "Williams balanced", "threads": args.threads,
                        "what": "encode the corpus (tokenized beforehand), eval + inference_mode"},
-            "heal_steps": heal_steps, "global_allocation_available": has_global_allocation(),
-            "heal_available": has_heal(), "total_s": time.perf_counter() - started}
+            "heal_steps": heal_steps, "total_s": time.perf_counter() - started}
     payload = {"meta": meta, "rows": [results[n] for n in rows]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
