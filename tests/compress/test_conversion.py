@@ -182,8 +182,8 @@ def test_sketch_model_param_ratio_and_sklinear(gen):
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(num_terms=1), "exactly one of low_rank, tolerance and param_ratio"),
-    (dict(num_terms=1, low_rank=2, tolerance=0.1), "exactly one of low_rank, tolerance and param_ratio"),
+    (dict(num_terms=1), "exactly one of low_rank, tolerance, param_ratio and bytes_ratio"),
+    (dict(num_terms=1, low_rank=2, tolerance=0.1), "exactly one of low_rank, tolerance, param_ratio and bytes_ratio"),
     (dict(low_rank=2, layer="sklinear"), "num_terms: expected an integer ≥ 1 for layer='sklinear', got None"),
     (dict(low_rank=2, layer="dense"), "layer: expected 'sklinear' or 'lowrank', got 'dense'"),
     (dict(tolerance=1.0, layer="lowrank"), r"tolerance: expected a number in \[0, 1\), got 1.0"),

@@ -30,7 +30,7 @@ def test_the_plan_is_frozen_and_normalises_its_arguments():
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
-    ({}, "expected exactly one of low_rank, tolerance and param_ratio"),
+    ({}, "expected exactly one of low_rank, tolerance, param_ratio and bytes_ratio"),
     ({"low_rank": 4, "layer": "dense"}, "layer: expected 'sklinear' or 'lowrank', got 'dense'"),
     ({"low_rank": 4, "layer": "sklinear", "num_terms": 0}, "num_terms: expected an integer ≥ 1"),
     ({"tolerance": 1.0}, r"tolerance: expected a number in \[0, 1\), got 1.0"),

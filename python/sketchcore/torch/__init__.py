@@ -29,10 +29,11 @@ from sketchcore.torch.ops._memory_mode import low_rank_activations
 from sketchcore.torch.layers._sklinear import SKLinear
 from sketchcore.torch.ops._performer import performer_attention
 from sketchcore.torch.compress._quantize import quantize_
+from sketchcore.torch.compress._calibration import Calibration
 from sketchcore.torch.compress._heal import HealReport, heal
 from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
-__all__ = ["ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "HealReport", "Int8Linear", "Int8LowRankLinear", "LayerReport",
+__all__ = ["Calibration", "ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "HealReport", "Int8Linear", "Int8LowRankLinear", "LayerReport",
            "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "heal", "low_rank_activations", "make_performer",
            "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
            "sketched_linear", "sklinear"]

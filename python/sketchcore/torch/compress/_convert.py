@@ -15,10 +15,11 @@ from typing import Any, Iterable, Literal, Optional
 import torch  # noqa: F401 - the docstring examples use it
 from torch import Tensor, nn
 
-from sketchcore.torch.compress import _calibrate
+from sketchcore.torch.compress import _calibrate, _calibration
 from sketchcore.torch.compress._handle_attention import AttentionHandler
 from sketchcore.torch.compress._handle_conv import ConvHandler
-from sketchcore.torch.compress._handle_linear import LinearHandler
+from sketchcore.torch.compress._global import allocate_layers
+from sketchcore.torch.compress._handle_linear import LinearHandler, LinearJob
 from sketchcore.torch.compress._handlers import Job, Skip, handler_for, handlers, register_handler
 from sketchcore.torch.compress._plan import ConversionPlan
 from sketchcore.torch.compress._quantize import quantize_layers
@@ -44,7 +45,8 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
                  tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
-                 quantize: Optional[Literal["int8", "fp8"]] = None, **kwargs: Any) -> ConversionReport:
+                 quantize: Optional[Literal["int8", "fp8"]] = None, allocation: Literal["uniform", "global"] = "uniform",
+                 bytes_ratio: Optional[float] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
     ``transformers``' ``Conv1D`` (GPT-2's projections) and the types given to
@@ -90,6 +92,22 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     model's (its first output tensor, e.g. the logits, against the original's). A layer the
     calibration never reaches stays dense. Without calibration, ``tolerance`` is a relative
     weight error and the report says so.
+
+    Global allocation: ``allocation="global"`` (with calibration inputs and ``layer="lowrank"``)
+    spends one budget over all the calibrated linear layers instead of giving each the same
+    ratio: ``param_ratio`` of their weights' parameters, or ``bytes_ratio`` of their float32
+    bytes. Each layer may stay dense or become low rank at any aligned rank; with
+    ``bytes_ratio`` and ``quantize="int8"`` its options are int8 instead: low-rank int8
+    (:class:`Int8LowRankLinear`) or its full-rank weight in int8 (:class:`Int8Linear`, one int8
+    GEMM), besides staying dense. The choice minimises the model's predicted output error: each
+    layer's error at each rank comes from its whitened spectrum (int8's from its weight and
+    input rows), weighted by how much an error on that layer's output moves the model's output,
+    measured by a gradient probe on a few calibration batches (a layer that does not reach the
+    model's first output, e.g. BERT's unused pooler, costs nothing to shrink and gets the
+    smallest option). The budget is never exceeded. Each report row gives the layer's
+    ``choice`` and ``predicted_error`` (its share of the model's predicted error);
+    ``report.budget`` and ``report.predicted_output_error`` the totals. ``allocation="uniform"``
+    (the default) sizes each layer alone.
 
     Tied weights: a layer whose weight is also used elsewhere (an ``lm_head`` tied to the
     input embedding, a module registered twice) is kept and listed in ``report.kept`` with the
@@ -147,7 +165,13 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
     quantize : {"int8", "fp8"}, optional
-        Quantize the new low-rank layers (:func:`quantize_`); None keeps them float.
+        Quantize the new low-rank layers (:func:`quantize_`); None keeps them float. With
+        ``allocation="global"`` and ``bytes_ratio``: the layers' options are int8 ones.
+    allocation : {"uniform", "global"}
+        Size each layer alone, or spend one budget over all calibrated layers (see above).
+    bytes_ratio : float, optional
+        With ``allocation="global"``: the budget as a ratio, in (0, 1], of the layers' float32
+        bytes (instead of ``param_ratio``).
     **kwargs
         Passed to the new layers (``activation``, ``dropout``).
 
@@ -165,7 +189,11 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         registered module whose weight or bias has the wrong shape; an unknown
         ``inner_activation`` (the message lists the valid ones), one with ``layer="sklinear"`` or
         without ``init="random"`` (converting a trained model), ``init="random"`` with
-        ``layer="sklinear"`` or with calibration inputs; an unknown ``quantize``. The new layers'
+        ``layer="sklinear"`` or with calibration inputs; an unknown ``quantize``; an unknown
+        ``allocation``; ``bytes_ratio`` outside (0, 1] or without ``allocation="global"``;
+        ``allocation="global"`` without a budget (``param_ratio``/``bytes_ratio``), without
+        calibration inputs, with ``layer="sklinear"``, ``init`` other than ``"svd"`` or
+        ``quantize="fp8"``; a budget smaller than every layer at its smallest option. The new layers'
         constructors raise on bad ``kwargs``.
     TypeError
         ``model`` is not an ``nn.Module`` (a state_dict, say: build the model, load it, pass it).
@@ -185,7 +213,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     ('LowRankLinear', 4, 808, 392)
     >>> sketch_model(model)
     Traceback (most recent call last):
-    ValueError: sketch_model: expected exactly one of low_rank, tolerance and param_ratio ...
+    ValueError: sketch_model: expected exactly one of low_rank, tolerance, param_ratio and bytes_ratio ...
     """
     if not isinstance(model, nn.Module):
         hint = " (a state_dict: build the model, load it, and pass the model)" if isinstance(model, Mapping) else ""
@@ -193,8 +221,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     plan = ConversionPlan.of(num_terms=num_terms, low_rank=low_rank, tolerance=tolerance, param_ratio=param_ratio,
                              layer=layer, include=include, exclude=exclude, init=init, conv2d=conv2d,
                              attention=attention, calibrated=calibration is not None, tied=tied,
-                             inner_activation=inner_activation, layer_options=kwargs, quantize=quantize)
-    batches = _calibrate.batches_of(calibration) if calibration is not None else None
+                             inner_activation=inner_activation, layer_options=kwargs, quantize=quantize,
+                             allocation=allocation, bytes_ratio=bytes_ratio)
+    batches = _calibration.calibration_of(calibration) if calibration is not None else None
     return convert(model, plan, batches)
 
 
@@ -205,7 +234,10 @@ def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]
     grams: dict[str, Tensor] = {}
     wanting = {job.name: (job.module, job.gram_width) for job in jobs if job.gram_width is not None}
     if batches is not None and wanting:
-        grams = _calibrate.collect_grams(model, wanting, batches)
+        grams = _calibration.grams_for(model, wanting, batches)
+    if plan.allocation == "global":
+        assert batches is not None, "the plan checked that a global allocation has calibration inputs"
+        jobs = _allocate_globally(model, plan, jobs, grams, batches, report)
     for handler in handlers():  # each kind in turn, in registration order
         mine = [job for job in jobs if job.handler is handler]
         for job in mine:
@@ -225,6 +257,19 @@ def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]
         for name in quantize_layers(model, only=set(report.replaced), config=plan.quantize):
             report.replaced[name].quantize = plan.quantize
     return report
+
+
+def _allocate_globally(model: nn.Module, plan: ConversionPlan, jobs: list[Job], grams: Mapping[str, Tensor],
+                       batches: list[Any], report: ConversionReport) -> list[Job]:
+    """The jobs with the global allocation's choice for each calibrated linear layer."""
+    linear = {job.name: (job.module, job.M, job.bias) for job in jobs if isinstance(job, LinearJob)}
+    allocation = allocate_layers(model, linear, grams, batches, param_ratio=plan.param_ratio,
+                                 bytes_ratio=plan.bytes_ratio, quantize=plan.quantize)
+    report.allocation = "global"
+    report.budget = (allocation.unit, allocation.budget, allocation.spent)
+    report.predicted_output_error = allocation.predicted_error
+    return [job.chosen(allocation.choices[job.name]) if isinstance(job, LinearJob) and job.name in allocation.choices
+            else job for job in jobs]
 
 
 def _select(model: nn.Module, plan: ConversionPlan, report: ConversionReport) -> list[Job]:

@@ -219,6 +219,74 @@ def _healing_state(model: nn.Module, teacher: nn.Module, trained: list[nn.Parame
             module.training = mode
 
 
+def _check_options(steps: Any, lr: Any, loss: Any, params: Any, batch_size: Any, warmup: Any
+                   ) -> tuple[int, Optional[int]]:
+    """Raises heal's errors for its options; returns ``steps`` and ``batch_size`` checked."""
+    steps = positive_int(steps, "steps", _WHERE)
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
+                           or not math.isfinite(lr)):
+        raise ValueError(f"{_WHERE}: lr: expected a finite number > 0 or None, got {lr!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"{_WHERE}: loss: expected one of {LOSSES}, got {loss!r}")
+    if params not in PARAMS:
+        raise ValueError(f"{_WHERE}: params: expected one of {PARAMS}, got {params!r}")
+    if batch_size is not None:
+        batch_size = positive_int(batch_size, "batch_size", _WHERE)
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 <= warmup < 1:
+        raise ValueError(f"{_WHERE}: warmup: expected a fraction of the steps in [0, 1), got {warmup!r}")
+    return steps, batch_size
+
+
+def _trained_parameters(model: nn.Module, teacher: nn.Module, params: str) -> list[nn.Parameter]:
+    """The parameters ``params`` selects (each once); raises when none is, or one is the teacher's."""
+    if params == "factors":
+        seen: dict[int, nn.Parameter] = {}
+        for module in model.modules():
+            if isinstance(module, SketchedLayer):
+                seen.update((id(p), p) for p in module.parameters())
+        trained = list(seen.values())
+    else:
+        trained = list(model.parameters())
+    if not trained:
+        hint = " (convert it with sketch_model first)" if params == "factors" else ""
+        raise ValueError(f"{_WHERE}: params: expected {params!r} to select at least one parameter of model, "
+                         f"got none{hint}")
+    shared = {id(p) for p in teacher.parameters()} & {id(p) for p in trained}
+    if shared:
+        raise ValueError(f"{_WHERE}: teacher: expected a model that shares no trained parameter with model, got "
+                         f"{len(shared)} shared (pass a copy.deepcopy of the original model)")
+    return trained
+
+
+class _TargetCache:
+    """The teacher's targets of each batch, computed once and kept while they fit in
+    :data:`CACHE_BYTES` (only when ``keep``: the data is cycled more than once)."""
+
+    def __init__(self, compute: Callable[[Any], list[Tensor]], keep: bool) -> None:
+        self.compute, self.keep = compute, keep
+        self.kept: dict[int, list[Tensor]] = {}
+        self.bytes = 0
+
+    def __call__(self, index: int, batch: Any) -> list[Tensor]:
+        target = self.kept.get(index)
+        if target is None:
+            target = self.compute(batch)
+            size = sum(t.numel() * t.element_size() for t in target)
+            if self.keep and self.bytes + size <= CACHE_BYTES:
+                self.kept[index] = target
+                self.bytes += size
+        return target
+
+
+def _schedule(ramp: int, steps: int) -> Callable[[int], float]:
+    """The learning rate's factor at each step: linear warm-up over ``ramp`` steps, then cosine to 0."""
+    def factor(step: int) -> float:
+        if step < ramp:
+            return (step + 1) / (ramp + 1)
+        return 0.5 * (1 + math.cos(math.pi * (step - ramp) / max(1, steps - ramp)))
+    return factor
+
+
 def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: int = 200, lr: Optional[float] = None,
          loss: str = "hidden", params: str = "factors", batch_size: Optional[int] = None, warmup: float = 0.1,
          progress: bool = True, validation: Optional[Iterable[Any]] = None) -> HealReport:
@@ -314,18 +382,7 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
     if model is teacher:
         raise ValueError(f"{_WHERE}: teacher: expected the original model (e.g. a copy.deepcopy taken before "
                          "sketch_model), got the model being healed itself")
-    steps = positive_int(steps, "steps", _WHERE)
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
-                           or not math.isfinite(lr)):
-        raise ValueError(f"{_WHERE}: lr: expected a finite number > 0 or None, got {lr!r}")
-    if loss not in LOSSES:
-        raise ValueError(f"{_WHERE}: loss: expected one of {LOSSES}, got {loss!r}")
-    if params not in PARAMS:
-        raise ValueError(f"{_WHERE}: params: expected one of {PARAMS}, got {params!r}")
-    if batch_size is not None:
-        batch_size = positive_int(batch_size, "batch_size", _WHERE)
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 <= warmup < 1:
-        raise ValueError(f"{_WHERE}: warmup: expected a fraction of the steps in [0, 1), got {warmup!r}")
+    steps, batch_size = _check_options(steps, lr, loss, params, batch_size, warmup)
     batches = _batches(data, "data")
     held_out = _batches(validation, "validation") if validation is not None else None
     if batch_size is not None:
@@ -333,23 +390,7 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
         held_out = held_out and [piece for batch in held_out for piece in _split(batch, batch_size)]
 
     with float_standins(model):  # 8-bit layers heal as float ones, quantized again after
-        if params == "factors":
-            seen: dict[int, nn.Parameter] = {}
-            for module in model.modules():
-                if isinstance(module, SketchedLayer):
-                    seen.update((id(p), p) for p in module.parameters())
-            trained = list(seen.values())
-        else:
-            trained = list(model.parameters())
-        if not trained:
-            hint = " (convert it with sketch_model first)" if params == "factors" else ""
-            raise ValueError(f"{_WHERE}: params: expected {params!r} to select at least one parameter of model, "
-                             f"got none{hint}")
-        shared = {id(p) for p in teacher.parameters()} & {id(p) for p in trained}
-        if shared:
-            raise ValueError(f"{_WHERE}: teacher: expected a model that shares no trained parameter with model, got "
-                             f"{len(shared)} shared (pass a copy.deepcopy of the original model)")
-
+        trained = _trained_parameters(model, teacher, params)
         hidden = loss == "hidden" and _is_transformers(model) and _is_transformers(teacher)
         loss_of = _LOSS_FUNCTIONS[loss]
         rate = float(lr) if lr is not None else DEFAULT_LR[loss]
@@ -367,32 +408,16 @@ def heal(model: nn.Module, teacher: nn.Module, data: Iterable[Any], *, steps: in
                 return sum(float(distance(batch, targets(batch))) for batch in inputs) / len(inputs)
 
         optimizer = torch.optim.AdamW(trained, lr=rate, weight_decay=0.0)
-        ramp = int(round(warmup * steps))
-
-        def schedule(step: int) -> float:
-            if step < ramp:
-                return (step + 1) / (ramp + 1)
-            return 0.5 * (1 + math.cos(math.pi * (step - ramp) / max(1, steps - ramp)))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        cache: dict[int, list[Tensor]] = {}
-        cached_bytes = 0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(int(round(warmup * steps)), steps))
+        cached = _TargetCache(targets, keep=len(batches) < steps)
         losses: list[float] = []
         with _healing_state(model, teacher, trained):
             before = evaluate(held_out) if held_out is not None else None
             bar = Progress(steps, "heal") if progress else None
             start = time.perf_counter()
             for step in range(steps):
-                index = step % len(batches)
-                batch = batches[index]
-                target = cache.get(index)
-                if target is None:
-                    target = targets(batch)
-                    size = sum(t.numel() * t.element_size() for t in target)
-                    if len(batches) < steps and cached_bytes + size <= CACHE_BYTES:
-                        cache[index] = target
-                        cached_bytes += size
-                value = distance(batch, target)
+                batch = batches[step % len(batches)]
+                value = distance(batch, cached(step % len(batches), batch))
                 optimizer.zero_grad(set_to_none=True)
                 value.backward()
                 torch.nn.utils.clip_grad_norm_(trained, 1.0)
