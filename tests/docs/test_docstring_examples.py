@@ -34,6 +34,8 @@ MODULES = [
     "sketchcore.torch.layers._conv",
     "sketchcore.torch.compress._convert",
     "sketchcore.torch.compress._restore",
+    "sketchcore.torch.compress._allocate",
+    "sketchcore.torch.compress._calibration",
     "sketchcore.torch.ops._functional",
     "sketchcore.torch.layers._lowrank",
     "sketchcore.torch.layers._sklinear",

@@ -100,3 +100,21 @@ int8_report: ConversionReport = sketch_model(nn.Sequential(nn.Linear(16, 16)), l
 int8_kind: str = int8_report["0"].quantize
 int8_dense: nn.Linear = int8_layer.to_linear()
 print(int8_model, int8_out, int8_kind, int8_dense)
+
+from sketchcore.torch import Calibration, HealReport, Int8Linear, heal  # noqa: E402
+
+teacher = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+student = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+student.load_state_dict(teacher.state_dict())
+calibration = Calibration(student, [torch.randn(32, 16) for _ in range(2)])
+global_report: ConversionReport = sketch_model(student, bytes_ratio=0.3, calibration=calibration,
+                                               allocation="global", quantize="int8")
+budget = global_report.budget
+predicted = global_report.predicted_output_error
+choice: str = global_report.replaced["0"].choice if "0" in global_report.replaced else "dense"
+healing: HealReport = heal(student, teacher, [torch.randn(32, 16)], steps=2, progress=False)
+last_loss: float = healing.losses[-1]
+full_int8 = Int8Linear.from_float(nn.Linear(16, 8).eval())
+with torch.no_grad():
+    full_out: torch.Tensor = full_int8(torch.ones(3, 16))
+print(budget, predicted, choice, last_loss, full_out)

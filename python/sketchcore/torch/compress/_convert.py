@@ -9,7 +9,7 @@ later converts it; the report is built from the rows the handlers return."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Literal, Optional
 
 import torch  # noqa: F401 - the docstring examples use it
@@ -159,8 +159,10 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
         Also convert ``nn.Conv2d`` to :class:`SKConv2d`.
     attention : int, optional
         Random features of the Performer attention replacing ``nn.MultiheadAttention``.
-    calibration : iterable, optional
-        Model inputs for output-error-aware conversion and measurement.
+    calibration : iterable or Calibration, optional
+        Model inputs for output-error-aware conversion and measurement, or a
+        :class:`Calibration` built once on the model (or the model it was copied from) and
+        reused by several conversions.
     tied : {"keep", "untie"}
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
@@ -227,7 +229,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     return convert(model, plan, batches)
 
 
-def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]) -> ConversionReport:
+def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[Sequence[Any]]) -> ConversionReport:
     """Carries out ``plan`` on ``model`` (calibrated on ``batches`` when given) and reports."""
     report = ConversionReport()
     jobs = _select(model, plan, report)
@@ -260,7 +262,7 @@ def convert(model: nn.Module, plan: ConversionPlan, batches: Optional[list[Any]]
 
 
 def _allocate_globally(model: nn.Module, plan: ConversionPlan, jobs: list[Job], grams: Mapping[str, Tensor],
-                       batches: list[Any], report: ConversionReport) -> list[Job]:
+                       batches: Sequence[Any], report: ConversionReport) -> list[Job]:
     """The jobs with the global allocation's choice for each calibrated linear layer."""
     linear = {job.name: (job.module, job.M, job.bias) for job in jobs if isinstance(job, LinearJob)}
     allocation = allocate_layers(model, linear, grams, batches, param_ratio=plan.param_ratio,
@@ -307,7 +309,7 @@ def _warn_nothing_replaced(report: ConversionReport, plan: ConversionPlan) -> No
     warnings.warn(f"sketch_model: no layer was replaced: {detail}", UserWarning, stacklevel=4)
 
 
-def _measure(model: nn.Module, batches: list[Any], tolerance: Optional[float], report: ConversionReport) -> None:
+def _measure(model: nn.Module, batches: Sequence[Any], tolerance: Optional[float], report: ConversionReport) -> None:
     """Measures on the calibration inputs what the Gram matrices do not give (attention and
     convolutions layer by layer, the whole model), fills the report, and warns about
     Performer attention whose output error exceeds the tolerance."""

@@ -13,7 +13,7 @@ plus the input rows' (per-row step s = max|x|/127, uniform error of variance s²
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -55,7 +55,7 @@ class Allocation:
 
 
 def allocate_layers(model: nn.Module, layers: Mapping[str, tuple[nn.Module, Tensor, Optional[Tensor]]],
-                    grams: Mapping[str, Tensor], batches: list[Any], *, param_ratio: Optional[float],
+                    grams: Mapping[str, Tensor], batches: Sequence[Any], *, param_ratio: Optional[float],
                     bytes_ratio: Optional[float], quantize: Optional[str]) -> Allocation:
     """The global allocation of the calibrated ``layers`` (name → (module, M = Wᵀ, bias)); layers
     without a Gram matrix are not part of it. The budget is ``param_ratio`` of their weights'

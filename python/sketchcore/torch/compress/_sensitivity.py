@@ -15,7 +15,7 @@ per-row quantization step) and Σ‖x_row‖², and ‖x M‖² (the layer's out
 model output's ‖out‖², all on the same rows."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,7 +49,7 @@ class Sensitivities:
 
 
 def measure_sensitivities(model: nn.Module, layers: Mapping[str, nn.Module], biases: Mapping[str, Tensor | None],
-                          batches: list[Any], seed: int = 0) -> Sensitivities:
+                          batches: Sequence[Any], seed: int = 0) -> Sensitivities:
     """Runs up to :data:`SENSITIVITY_BATCHES` of ``batches`` through ``model`` (eval mode, no
     parameter gradients) with a Gaussian probe on its first output tensor, and returns each
     named layer's sensitivity. A layer the batches do not reach keeps weight 0."""
