@@ -193,3 +193,18 @@ class ModuleSplit:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of n items in which every item comes right after every other one equally often
+    (Williams' balanced Latin square: n orders for even n, 2n for odd n), and first and last
+    equally often. A rotated order would put each item after the same one in every round."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    orders = [[(item + shift) % n for item in first] for shift in range(n)]
+    return orders if n % 2 == 0 else orders + [order[::-1] for order in orders]

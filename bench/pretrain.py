@@ -47,7 +47,7 @@ import torch
 from sketchcore.torch import low_rank_activations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from meters import PeakMemory  # noqa: E402
+from meters import PeakMemory, balanced_orders  # noqa: E402
 from pretrain_data import batches, load_corpus, validation_batches  # noqa: E402
 from pretrain_memory import measure as measure_peak_memory  # noqa: E402
 from pretrain_models import INIT_GAIN, ROWS, WARMUP, build, learnable_parameters  # noqa: E402
@@ -173,21 +173,6 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch
     optimizer.zero_grad(set_to_none=True)
     _sync(device)
     return time.perf_counter() - start, loss
-
-
-def balanced_orders(n: int) -> list[list[int]]:
-    """Orders of n items in which every item comes right after every other one equally often
-    (Williams' balanced Latin square: n orders for even n, 2n for odd n), and first and last
-    equally often. A rotated order would put each item after the same one in every round."""
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        first.append(low)
-        low += 1
-        if len(first) < n:
-            first.append(high)
-            high -= 1
-    orders = [[(item + shift) % n for item in first] for shift in range(n)]
-    return orders if n % 2 == 0 else orders + [order[::-1] for order in orders]
 
 
 def interleaved_throughput(results: dict[str, dict[str, Any]], preset: dict[str, Any], corpus: Any) -> None:

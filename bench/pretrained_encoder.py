@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meters import balanced_orders  # noqa: E402  (Williams' orders, shared with bench/pretrain.py)
 
 PRESETS: dict[str, dict[str, Any]] = {
     "full": {"calibration": 512, "corpus": 4000, "queries": 400, "batch": 32, "rounds": None, "heal_steps": 400,
@@ -64,20 +65,6 @@ ROWS = ("original", "torch int8", "torchao int8", "uniform 0.5", "uniform 0.5 in
 
 class NotRun(Exception):
     """A row this environment cannot build (an API or a package it lacks): recorded with the reason."""
-
-
-def balanced_orders(n: int) -> list[list[int]]:
-    """Williams' balanced Latin square (bench/pretrain.py): every item right after every other one
-    equally often, first and last equally often; n orders for even n, 2n for odd n."""
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        first.append(low)
-        low += 1
-        if len(first) < n:
-            first.append(high)
-            high -= 1
-    orders = [[(item + shift) % n for item in first] for shift in range(n)]
-    return orders if n % 2 == 0 else orders + [order[::-1] for order in orders]
 
 
 class Builder:
