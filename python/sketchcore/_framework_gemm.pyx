@@ -3,6 +3,7 @@
 for CPU arrays of NumPy or torch that framework's own BLAS (sketchcore._cpu_blas finds them), the
 per-framework CpuGemmProvider the core is given, looked for at each framework's first call and
 kept until _reset_framework_gemm."""
+from cpython.exc cimport PyErr_SetInterrupt
 from libc.stdint cimport uintptr_t
 
 from sketchcore cimport _sketchcore as core
@@ -28,6 +29,11 @@ cdef const core.CpuGemmProvider* _framework_provider(int framework) noexcept:
             found = (_cpu_blas.numpy_gemm if framework == 0 else _cpu_blas.torch_gemm)()
             if found is not None:
                 _install_framework_gemm(framework, *found)
+        except KeyboardInterrupt:
+            # a noexcept function cannot raise it (Cython would print it and carry on): raise it
+            # again at the interpreter's next check, and look for the BLAS at the next call
+            PyErr_SetInterrupt()
+            return NULL
         except Exception:  # a library that cannot be inspected: the own BLAS runs
             found = None
         if found is None:
