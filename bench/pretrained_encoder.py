@@ -195,7 +195,10 @@ def ratios(seconds: dict[str, list[float]], base: str, name: str) -> dict[str, f
 def git_commit() -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+        if rev.returncode != 0:  # an sdist or installed copy: no repository to name
+            return {"commit": None}
+        head = rev.stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "python"], cwd=root, capture_output=True,
                                text=True).stdout.strip()
         return {"commit": head, "src_or_python_modified": bool(dirty)}
