@@ -2,12 +2,13 @@
 float32 scales, for inference through sketchcore's int8 sketched GEMM (CPU; CUDA behind a gate)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import torch
 from torch import Tensor, nn
 
 import sketchcore
+from sketchcore.torch.ops._quantized_ops import int8_sketched_linear
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -116,5 +117,7 @@ class Int8LowRankLinear(Int8Format, QuantizedLowRankLinear):
         """
         return super()._from_float(layer)  # type: ignore[no-any-return]
 
-    def _kernel(self) -> Callable[..., Tensor]:
-        return sketchcore.int8_sketched_matmul  # looked up per call: tests may replace it
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_inference(x)
+        return int8_sketched_linear(x, self.S_q, self.S_scale, self.U_q, self.U_scale, self.bias, self.activation,
+                                    self.inner_activation)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-import sketchcore
+from sketchcore.torch.ops._quantized_ops import int8_linear
 from sketchcore.torch.layers._int8 import Int8Format, quantize_columns
 from sketchcore.torch.layers._quantized import QuantizedLayer
 
@@ -173,7 +173,8 @@ class Int8Linear(Int8Format, QuantizedLayer):
         return linear
 
     def forward(self, x: Tensor) -> Tensor:
-        return self._run(sketchcore.int8_matmul, x)
+        self._check_inference(x)
+        return int8_linear(x, self.W_q, self.W_scale, self.bias, self.activation)
 
     def layer_config(self) -> dict[str, Any]:
         """The configuration, saved in the state_dict's metadata (``restore_model`` rebuilds the
