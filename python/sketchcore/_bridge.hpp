@@ -64,8 +64,11 @@ inline sketchcore::CpuGemmProvider& framework_gemm(int framework) noexcept {
 /// for a negative ndim or a missing shape (a malformed capsule).
 inline sketchcore::TensorView view_of(void* data, sketchcore::DType dtype, const std::int64_t* shape,
                                       const std::int64_t* strides, int ndim, sketchcore::Device device) {
-  if (ndim < 0) {
-    throw sketchcore::shape_error("expected a DLPack tensor with ndim >= 0, got ndim " + std::to_string(ndim));
+  // Bounded before the shape is read: a corrupt ndim would read past the producer's shape array.
+  constexpr int kMaxDims = 64;  // NumPy's limit; no producer exports more
+  if (ndim < 0 || ndim > kMaxDims) {
+    throw sketchcore::shape_error("expected a DLPack tensor with 0 <= ndim <= " + std::to_string(kMaxDims) +
+                                  ", got ndim " + std::to_string(ndim));
   }
   if (ndim > 0 && shape == nullptr) {
     throw sketchcore::shape_error("expected a DLPack tensor with a shape, got a null shape with ndim " +

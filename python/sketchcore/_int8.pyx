@@ -27,16 +27,23 @@ def _as_numpy(obj, str op, str name):
     if isinstance(obj, numpy.ndarray):
         return obj
     if is_torch_tensor(obj):
+        if str(obj.layout) != "torch.strided":
+            raise TypeError(f"{op}: {name}: expected a dense (strided) tensor, got layout {obj.layout} "
+                            f"(call .to_dense() first)")
         obj = obj.detach()
         if obj.device.type != "cpu":
             obj = obj.cpu()
         if str(obj.dtype) == "torch.bfloat16":
             obj = obj.float()  # NumPy has no bfloat16; the float32 values are exact
-        return obj.numpy()
+        return obj.resolve_conj().resolve_neg().numpy()
     if hasattr(obj, "__dlpack__"):
         if _framework.is_cuda_array(obj) and hasattr(obj, "get"):
             return obj.get()  # CuPy: a host copy
-        return numpy.from_dlpack(obj)
+        try:
+            return numpy.from_dlpack(obj)
+        except (BufferError, ValueError, TypeError, RuntimeError) as e:  # NumPy's message names no argument
+            raise ValueError(f"{op}: {name}: could not read the array through DLPack "
+                             f"({type(e).__name__}: {e})") from None
     raise TypeError(f"{op}: {name}: expected an array (NumPy, torch or another DLPack producer), "
                     f"got {type(obj).__name__}")
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cpu/int8_gemm.hpp"
@@ -65,8 +67,27 @@ void check_factor(const char* op, const char* name, const Int8Factor& factor) {
   }
 }
 
+/// SKETCHCORE_INT8_ISA, when set, must name a family: a misspelt cap would silently run
+/// another kernel than the one asked for. Read once; refused at every int8 call.
+void check_isa_environment(const char* op) {
+  static const std::string bad = [] {
+    const char* env = std::getenv("SKETCHCORE_INT8_ISA");
+    if (env == nullptr) return std::string();
+    for (auto isa : {detail::Int8Isa::portable, detail::Int8Isa::avx2, detail::Int8Isa::avx_vnni,
+                     detail::Int8Isa::avx512_vnni, detail::Int8Isa::amx}) {
+      if (std::string_view(env) == detail::int8_isa_name(isa)) return std::string();
+    }
+    return "'" + std::string(env) + "'";
+  }();
+  if (!bad.empty()) {
+    detail::fail<std::invalid_argument>(op, "SKETCHCORE_INT8_ISA (environment variable)",
+                                        "one of 'amx', 'avx512_vnni', 'avx_vnni', 'avx2', 'portable' or unset", bad);
+  }
+}
+
 /// The checks of x shared by both entry points, except its last extent (each op names the factor it must match).
 void check_x(const char* op, const TensorView& x) {
+  check_isa_environment(op);
   if (x.ndim() < 1) detail::fail<shape_error>(op, "x", "at least 1 dimension (..., d_in)", "0 dimensions");
   if (x.dtype() != DType::float32) detail::fail<dtype_error>(op, "x", "dtype float32", dtype_name(x.dtype()));
 }
@@ -169,7 +190,10 @@ void int8_matmul(const TensorView& x, const Int8Factor& W, const TensorView& out
   detail::backend_for(x.device().type)->int8_matmul(problem);
 }
 
-std::string int8_gemm_isa() { return detail::int8_isa_name(detail::active_int8_isa()); }
+std::string int8_gemm_isa() {
+  check_isa_environment("int8_gemm_isa");
+  return detail::int8_isa_name(detail::active_int8_isa());
+}
 
 void set_int8_gemm_isa(const std::string& name) {
   const detail::Int8Isa isa = parse_isa(name);
@@ -184,6 +208,10 @@ bool int8_gemm_isa_supported(const std::string& name) { return detail::int8_isa_
 
 double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations) {
   const detail::Int8Isa isa = parse_isa(name);
+  if (iterations < 1) {
+    detail::fail<std::invalid_argument>("int8_peak_macs_per_second", "iterations", "a positive count",
+                                        std::to_string(iterations));
+  }
   if (!detail::int8_isa_supported(isa)) {
     detail::fail<std::invalid_argument>("int8_peak_macs_per_second", "name", "a family this CPU runs",
                                         "'" + name + "' (not supported here)");

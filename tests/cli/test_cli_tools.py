@@ -39,6 +39,9 @@ def test_info_text_and_json():
     assert facts["cpu_gemms"]["numpy arrays"] == sketchcore.cpu_blas_of(np.empty(0))
     assert facts["cpu_kernels"] == {"bf16_gemm": sketchcore.build_info()["cpu_bf16_gemm"],
                                     "activations": sketchcore.build_info()["cpu_activation_kernels"]}
+    if not sketchcore.build_info()["cuda"]:  # a CPU-only build reports cuBLASLt as not built, not as an error
+        assert facts["cublaslt"] == {"status": "not built (this build has no CUDA backend)"}
+        assert "error" not in text.stdout.split("cublaslt", 1)[1].splitlines()[0]
 
 
 def test_landscape_quick_writes_table_json_csv_and_plot(tmp_path):

@@ -22,7 +22,7 @@ def cublaslt() -> dict[str, str]:
     would), or why there is none."""
     major = _cuda.cuda_major()
     if not major:
-        return {"error": "not used: this build has no CUDA backend"}
+        return {"status": "not built (this build has no CUDA backend)"}
     try:
         found = _cublaslt.ensure_loaded(major)
     except RuntimeError as error:

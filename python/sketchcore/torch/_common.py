@@ -3,7 +3,8 @@ tensor parallelism), kept in this one place: argument checks, and sketchcore's a
 torch functions (for the composite formulas that mirror the core's fused epilogues)."""
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,25 @@ TORCH_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
     "silu": F.silu,
 }
+
+
+InitT = TypeVar("InitT", bound=Callable[..., None])
+
+
+def keyword_hints(where: str, hints: dict[str, str]) -> Callable[[InitT], InitT]:
+    """Wraps a constructor so that a keyword another layer uses (``rank=`` for SKLinear,
+    ``low_rank=`` for LowRankLinear) is refused naming the keyword this one takes, not with
+    Python's bare "unexpected keyword argument"."""
+    def wrap(init: InitT) -> InitT:
+        @functools.wraps(init)
+        def checked(self: object, *args: object, **kwargs: object) -> None:
+            for wrong, right in hints.items():
+                if wrong in kwargs:
+                    raise TypeError(f"{where}: {wrong}: expected the keyword {right}= ({where}'s name for the "
+                                    f"rank), got {wrong}={kwargs[wrong]!r}")
+            init(self, *args, **kwargs)
+        return checked  # type: ignore[return-value]
+    return wrap
 
 
 def positive_int(value: object, name: str, where: str) -> int:

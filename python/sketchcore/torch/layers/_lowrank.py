@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.ops import _eager, _functorch, _memory_mode
-from sketchcore.torch._common import ACTIVATIONS, positive_int
+from sketchcore.torch._common import ACTIVATIONS, keyword_hints, positive_int
 from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sketched_linear, takes_composite
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 
@@ -66,6 +66,7 @@ class LowRankLinear(SketchedLayer):
     ValueError: LowRankLinear: dropout: expected a probability in [0, 1], got 2
     """
 
+    @keyword_hints("LowRankLinear", {"low_rank": "rank"})
     def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True,
                  activation: Optional[str] = None, dtype: Optional[torch.dtype] = None,
                  device: Any = None, dropout: float = 0.0, inner_activation: Optional[str] = None) -> None:

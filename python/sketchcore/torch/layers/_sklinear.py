@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from sketchcore import _ranks
 from sketchcore.torch.layers import _factors
 from sketchcore.torch.ops import _eager, _functorch
-from sketchcore.torch._common import ACTIVATIONS, positive_int
+from sketchcore.torch._common import ACTIVATIONS, keyword_hints, positive_int
 from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sklinear
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 from sketchcore.torch.ops._ops import _joined_in_place
@@ -92,6 +92,7 @@ class SKLinear(SketchedLayer):
     WARNING_MSG_FC = ("The sketching layer uses more parameters than a fully connected layer. "
                       "Consider reducing 'num_terms' or 'low_rank' for efficiency.")
 
+    @keyword_hints("SKLinear", {"rank": "low_rank"})
     def __init__(self, in_features: int, out_features: int, num_terms: int, low_rank: int,
                  W_init: Optional[Tensor] = None, bias: bool = True, activation: Optional[str] = None,
                  dropout: float = 0.0, dtype=None, device=None, init: str = "panther"):
@@ -115,7 +116,7 @@ class SKLinear(SketchedLayer):
         if stored > n_in * n_out:  # Panther's condition (factors and sketches counted)
             warnings.warn(f"{self.WARNING_MSG_FC} (SKLinear({n_in}, {n_out}, num_terms={T}, low_rank={k}): "
                           f"2·T·k·(in + out) = {stored} > in·out = {n_in * n_out})",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=3)  # past keyword_hints' wrapper: the user's line
         if init == "linear" and W_init is not None:
             raise ValueError("SKLinear: init: 'linear' draws the factors for training from scratch; with W_init use "
                              "'svd' (accurate) or 'panther'")

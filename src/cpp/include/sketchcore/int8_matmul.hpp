@@ -134,6 +134,8 @@ SKETCHCORE_API void int8_matmul(const TensorView& x, const Int8Factor& W, const 
 /// @return the name of the family the int8 calls of this process run: "amx", "avx512_vnni",
 ///         "avx_vnni", "avx2" or "portable" (the best this CPU has, capped by the environment
 ///         variable SKETCHCORE_INT8_ISA with one of those names, read once)
+/// @throws std::invalid_argument when SKETCHCORE_INT8_ISA is set to another name (so do the int8
+///         products: a misspelt cap is refused, not ignored)
 SKETCHCORE_API std::string int8_gemm_isa();
 
 /// Makes `name` (as int8_gemm_isa returns) the family of the int8 calls that follow, in every
@@ -151,7 +153,7 @@ SKETCHCORE_API bool int8_gemm_isa_supported(const std::string& name);
 /// 512-bit vectors 64, on 256-bit vectors 32): the single-thread peak of the family `name` that the GEMM is
 /// measured against (bench/int8_gemm.py). Returns 0 for "avx2" and "portable", which have no
 /// dot-product instruction.
-/// @throws std::invalid_argument as set_int8_gemm_isa
+/// @throws std::invalid_argument as set_int8_gemm_isa, and for `iterations` < 1
 SKETCHCORE_API double int8_peak_macs_per_second(const std::string& name, std::int64_t iterations);
 
 /// Benchmark hook, not part of the stable API: the CPU int8 GEMM alone, as one product of
