@@ -86,7 +86,7 @@ def test_sketch_model_quantizes_in_one_call_and_reports_it(rng):
     ids = torch.from_numpy(rng.integers(0, 300, (2, 5)))
     with torch.no_grad():
         assert torch.equal(model(ids).logits, two_steps(ids).logits)
-    with pytest.raises(ValueError, match=r"sketch_model: quantize: expected one of \('int8', 'fp8'\), got 'int4'"):
+    with pytest.raises(ValueError, match=r"sketch_model: quantize: expected one of \('int8', 'fp8'\), Int8Config\(\.\.\.\) or Fp8Config\(\), got 'int4'"):
         sketch_model(nn.Sequential(nn.Linear(8, 8)), low_rank=2, quantize="int4")
 
 
@@ -133,13 +133,13 @@ def test_a_layer_registered_twice_is_quantized_once_and_kept_shared():
 
 def test_quantize_refuses_unknown_configs_and_wrong_models():
     model = nn.Sequential(LowRankLinear(8, 8, 2))
-    with pytest.raises(ValueError, match=r"quantize_: config: expected one of \('int8', 'fp8'\), got 'int4'"):
+    with pytest.raises(ValueError, match=r"quantize_: config: expected one of \('int8', 'fp8'\), Int8Config\(\.\.\.\) or Fp8Config\(\), got 'int4'"):
         quantize_(model, "int4")
     with pytest.raises(TypeError, match="quantize_: model: expected a torch.nn.Module, got dict"):
         quantize_({}, "int8")  # type: ignore[type-var]
     with pytest.raises(TypeError, match="got a LowRankLinear itself .* Int8LowRankLinear.from_float"):
         quantize_(LowRankLinear(8, 8, 2), "int8")
-    with pytest.warns(UserWarning, match="holds no LowRankLinear or SKLinear layer"):
+    with pytest.warns(UserWarning, match="nothing was quantized: the model holds no LowRankLinear or SKLinear layer"):
         dense = nn.Sequential(nn.Linear(4, 4))
         assert quantize_(dense) is dense and type(dense[0]) is nn.Linear
     assert type(model[0]) is LowRankLinear  # the refused call changed nothing

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Optional, Union
 
 import torch  # noqa: F401 - the docstring examples use it
 from torch import Tensor, nn
@@ -22,7 +22,7 @@ from sketchcore.torch.compress._global import allocate_layers
 from sketchcore.torch.compress._handle_linear import LinearHandler, LinearJob
 from sketchcore.torch.compress._handlers import Job, Skip, handler_for, handlers, register_handler
 from sketchcore.torch.compress._plan import ConversionPlan
-from sketchcore.torch.compress._quantize import quantize_layers
+from sketchcore.torch.compress._quantize import Fp8Config, Int8Config, quantize_layers
 from sketchcore.torch.compress._registry import register_linear
 from sketchcore.torch.compress._report import ConversionReport, LayerReport
 from sketchcore.torch.compress._restore import restore_model
@@ -45,7 +45,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
                  exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
                  attention: Optional[int] = None, calibration: Optional[Iterable[Any]] = None,
                  tied: Literal["keep", "untie"] = "keep", inner_activation: Optional[str] = None,
-                 quantize: Optional[Literal["int8", "fp8"]] = None, allocation: Literal["uniform", "global"] = "uniform",
+                 quantize: Union[Literal["int8", "fp8"], Int8Config, Fp8Config, None] = None, allocation: Literal["uniform", "global"] = "uniform",
                  bytes_ratio: Optional[float] = None, **kwargs: Any) -> ConversionReport:
     """Replaces, in place, the linear maps of ``model`` whose qualified names match a pattern of
     ``include`` (all when None) and none of ``exclude`` (fnmatch patterns): ``nn.Linear``,
@@ -118,9 +118,9 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     LowRankLinear/SKLinear becomes an :class:`Int8LowRankLinear` (int8 factors, inference on
     the CPU; the report's rows say ``quantize="int8"``); ``quantize="fp8"`` makes
     :class:`Fp8LowRankLinear` layers (e4m3 factors, inference on CUDA only, behind the gated path
-    ``cuda_fp8_factors``). Layers kept dense stay ``nn.Linear``:
-    ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)`` quantizes
-    them and leaves sketchcore's layers alone.
+    ``cuda_fp8_factors``); the config objects :class:`Int8Config` and :class:`Fp8Config` are
+    accepted too. Layers kept dense stay ``nn.Linear``: ``quantize_(model, Int8Config(dense=True))``
+    afterwards turns them into :class:`Int8Linear` (sketchcore's int8 GEMM on the full-rank weight).
 
     Other keyword arguments go to the new layers (``activation``, ``dropout``). With
     ``conv2d=True`` (and ``layer="sklinear"``), plain ``nn.Conv2d`` layers become
@@ -166,7 +166,7 @@ def sketch_model(model: nn.Module, num_terms: Optional[int] = None, low_rank: Op
     tied : {"keep", "untie"}
     inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
         σ on each new LowRankLinear's rank-wide intermediate (needs ``init="random"``).
-    quantize : {"int8", "fp8"}, optional
+    quantize : {"int8", "fp8"}, Int8Config or Fp8Config, optional
         Quantize the new low-rank layers (:func:`quantize_`); None keeps them float. With
         ``allocation="global"`` and ``bytes_ratio``: the layers' options are int8 ones.
     allocation : {"uniform", "global"}

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from sketchcore import _ranks
 from sketchcore.torch.compress._pretraining import check_pretraining_options
-from sketchcore.torch.compress._quantize import check_quantize_config
+from sketchcore.torch.compress._quantize import Int8Config, check_quantize_config
 
 
 def _is_count(value: Any) -> bool:
@@ -60,7 +60,7 @@ class ConversionPlan:
            exclude: Optional[Iterable[str]] = None, init: str = "svd", conv2d: bool = False,
            attention: Optional[int] = None, calibrated: bool = False, tied: str = "keep",
            inner_activation: Optional[str] = None, layer_options: Optional[Mapping[str, Any]] = None,
-           quantize: Optional[str] = None, allocation: str = "uniform",
+           quantize: Optional[object] = None, allocation: str = "uniform",
            bytes_ratio: Optional[float] = None) -> ConversionPlan:
         """The plan of a ``sketch_model`` call (the same defaults); raises sketch_model's ValueErrors."""
         sizes = sum(v is not None for v in (low_rank, tolerance, param_ratio, bytes_ratio))
@@ -89,7 +89,7 @@ class ConversionPlan:
             raise ValueError(f"sketch_model: tied: expected 'keep' or 'untie', got {tied!r}")
         check_pretraining_options(layer, init, inner_activation, calibrated)
         if quantize is not None:
-            check_quantize_config(quantize, "sketch_model: quantize")
+            quantize = _checked_quantize(quantize)
         _check_allocation(allocation, bytes_ratio, param_ratio, layer, init, calibrated, quantize)
         options = dict(layer_options or {})
         if inner_activation is not None:
@@ -164,3 +164,13 @@ def _check_allocation(allocation: object, bytes_ratio: Optional[float], param_ra
             raise ValueError(f"sketch_model: allocation='global': expected {what}, got layer={layer!r}, "
                              f"init={init!r}, param_ratio={param_ratio!r}, bytes_ratio={bytes_ratio!r}, "
                              f"calibration={'given' if calibrated else None}, quantize={quantize!r}")
+
+
+def _checked_quantize(quantize: object) -> str:
+    """sketch_model's ``quantize`` (a name or a config object) as its format's name."""
+    name = check_quantize_config(quantize, "sketch_model: quantize")
+    if isinstance(quantize, Int8Config) and quantize.dense:
+        raise ValueError("sketch_model: quantize: Int8Config(dense=True) quantizes plain nn.Linear layers, which "
+                         "sketch_model does not convert; quantize them afterwards with "
+                         "quantize_(model, Int8Config(dense=True)), got Int8Config(dense=True)")
+    return name
