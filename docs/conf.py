@@ -6,8 +6,8 @@ Build (from the repository root, with sketchcore installed):
 
 Pages are MyST Markdown; the Python reference comes from the docstrings (NumPy style, read
 by napoleon) and signatures of the installed package; the C++ reference from the Doxygen
-comments of ``src/cpp/include/sketchcore/`` (Doxygen XML read by Breathe). Doxygen must be on
-PATH (Debian: ``apt-get install doxygen``).
+comments of ``src/cpp/include/sketchcore/`` (Doxygen XML read by Breathe; the C ABI's
+``sketchcore.h`` too). Doxygen must be on PATH (Debian: ``apt-get install doxygen``).
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ breathe_default_members = ("members",)
 _DOXYFILE = f"""
 PROJECT_NAME           = sketchcore
 INPUT                  = {os.path.join(ROOT, "src", "cpp", "include", "sketchcore")}
-FILE_PATTERNS          = *.hpp
+FILE_PATTERNS          = *.hpp *.h
 RECURSIVE              = NO
 OUTPUT_DIRECTORY       = {os.path.dirname(DOXYGEN_XML)}
 GENERATE_XML           = YES
@@ -123,7 +123,8 @@ MARKDOWN_SUPPORT       = YES
 ENABLE_PREPROCESSING   = YES
 MACRO_EXPANSION        = YES
 EXPAND_ONLY_PREDEF     = YES
-PREDEFINED             = SKETCHCORE_API=
+PREDEFINED             = SKETCHCORE_API= SKETCHCORE_C_API=
+TYPEDEF_HIDES_STRUCT   = YES
 QUIET                  = YES
 WARN_IF_UNDOCUMENTED   = NO
 """
