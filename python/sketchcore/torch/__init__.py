@@ -4,7 +4,8 @@ its Performer attention (``performer_attention``, the differentiable kernel unde
 ``LowRankLinear``; ``Int8LowRankLinear``, ``Fp8LowRankLinear`` and ``quantize_`` (int8 factors for CPU
 inference, fp8 factors for CUDA); and model compression
 (``sketch_model``, ``restore_model``, ``register_linear``) with near-optimal conversions, from the
-weights' SVD or data-aware (calibration inputs).
+weights' SVD or data-aware (calibration inputs); and ONNX export (``export_onnx``, or
+``onnx_translations`` for ``torch.onnx.export(..., dynamo=True, custom_translation_table=...)``).
 
 Thin Python over the public API through DLPack (no torch C++ extension). The operators
 have fake (meta) implementations and registered autograd, so ``torch.compile(model,
@@ -31,9 +32,10 @@ from sketchcore.torch.ops._performer import performer_attention
 from sketchcore.torch.compress._quantize import quantize_
 from sketchcore.torch.compress._calibration import Calibration
 from sketchcore.torch.compress._heal import HealReport, heal
+from sketchcore.torch.deploy import export_onnx, onnx_translations
 from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
 __all__ = ["Calibration", "ConversionReport", "DerivedWeight", "Fp8LowRankLinear", "HealReport", "Int8Linear", "Int8LowRankLinear", "LayerReport",
-           "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "heal", "low_rank_activations", "make_performer",
-           "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
+           "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "export_onnx", "heal", "low_rank_activations",
+           "make_performer", "onnx_translations", "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
            "sketched_linear", "sklinear"]
