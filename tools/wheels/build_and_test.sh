@@ -131,7 +131,8 @@ repair_and_check() {  # repair_and_check DIST_DIR NAME CHECK_ARGS...: repaired w
 needs_compiler=(tests/core/test_package.py::test_cpp_program_builds_against_the_pip_installed_package
                 tests/torch_adapters/test_autocast_eager.py::test_torch_compile_under_autocast_follows_the_same_rule
                 tests/torch_adapters/test_torch_adapter.py::test_torch_compile_fullgraph_matches_eager
-                tests/bench/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths)
+                tests/bench/test_llm_speed_script.py::test_the_gpu_plan_dry_runs_on_the_cpu_with_compile_and_graph_capture_paths
+                tests/deploy/test_int8_export.py::test_compile_with_inductor_matches_eager_bit_for_bit)
 # tests_without_compiler SRC VENV PYTEST_ARGS...: the tests of the copied tree SRC against the wheel in
 # VENV (sketchcore imports from the venv: the tree keeps it under python/), no compiler on PATH.
 tests_without_compiler() {

@@ -104,7 +104,9 @@ class QuantizedLayer(SketchedLayer):
         if self.training:
             raise RuntimeError(f"{name}: expected eval mode (call model.eval()), got training mode: training "
                                f"through {fmt} factors is not supported; train the float layers, then quantize")
-        if x.requires_grad and torch.is_grad_enabled():
+        # torch.export traces under grad mode (the input requires grad after trainable layers such as
+        # embeddings): tracing trains nothing, and the exported program's operator refuses at run time
+        if x.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_exporting():
             raise RuntimeError(f"{name}: expected an input without requires_grad or grad mode off "
                                "(torch.no_grad() / torch.inference_mode()), got an input that requires grad: "
                                f"training through {fmt} factors is not supported")

@@ -25,6 +25,7 @@ __all__ = ["int8_linear", "int8_sketched_linear", "packed_int8"]
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _is_compiling = torch.compiler.is_compiling
 _is_exporting = torch.compiler.is_exporting
+_is_grad_enabled = torch.is_grad_enabled
 
 
 # --- packing, once per set of factors ------------------------------------------------------------
@@ -80,7 +81,9 @@ def packed_int8(*tensors: Tensor) -> tuple[Any, ...]:
 
 # --- the bodies: float32 in the kernel, the result in x's dtype ----------------------------------
 
-def _in_dtype(kernel_call: Any, x: Tensor) -> Tensor:
+def _in_dtype(kernel_call: Any, x: Tensor, d_out: int) -> Tensor:
+    if x.shape[:-1].numel() == 0:  # no rows: nothing to compute (the binding wants an output with strides to check)
+        return x.new_empty((*x.shape[:-1], d_out))
     x32 = x if x.dtype == torch.float32 else x.float()  # one copy: the kernel reads float32
     y: Tensor = kernel_call(x32)
     return y if x.dtype == torch.float32 else y.to(x.dtype)
@@ -91,12 +94,13 @@ def _sketched_body(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, U_scale
     S, U = packed_int8(S_q, S_scale, U_q, U_scale)
     inner = None if inner_activation == "none" else inner_activation
     return _in_dtype(lambda x32: sketchcore.int8_sketched_matmul(  # looked up per call: tests may replace it
-        x32, S, U, bias=bias, activation=activation, inner_activation=inner), x)
+        x32, S, U, bias=bias, activation=activation, inner_activation=inner), x, U_q.shape[-1])
 
 
 def _linear_body(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
     W, = packed_int8(W_q, W_scale)
-    return _in_dtype(lambda x32: sketchcore.int8_matmul(x32, W, bias=bias, activation=activation), x)
+    return _in_dtype(lambda x32: sketchcore.int8_matmul(x32, W, bias=bias, activation=activation), x,
+                     W_q.shape[-1])
 
 
 # --- the operators ---------------------------------------------------------------------------------
@@ -122,15 +126,23 @@ def _(x, W_q, W_scale, bias, activation):
     return x.new_empty((*x.shape[:-1], W_q.shape[-1]))
 
 
+def _refusal(op: str) -> RuntimeError:
+    return RuntimeError(f"sketchcore::{op}: expected no input that requires grad under grad mode "
+                        "(torch.no_grad() / torch.inference_mode()), got one: the int8 products are "
+                        "inference only; train the float layers, then quantize")
+
+
 def _refuse(op: str) -> Any:
     def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-        # Called only when an input requires grad under grad mode: refuse before any backward.
-        raise RuntimeError(f"sketchcore::{op}: expected no input that requires grad under grad mode "
-                           "(torch.no_grad() / torch.inference_mode()), got one: the int8 products are "
-                           "inference only; train the float layers, then quantize")
+        # Called only when an input requires grad under grad mode: refuse before any backward, but
+        # not while torch traces (torch.export and its decompositions run under grad mode, after
+        # trainable embeddings, and train nothing; the traced program refuses when it runs)
+        if _is_exporting() or any(isinstance(t, Tensor) and type(t) not in _PLAIN for t in inputs):
+            return
+        raise _refusal(op)
 
-    def backward(ctx: Any, grad: Tensor) -> Any:  # never reached: setup_context raises first
-        raise RuntimeError(f"sketchcore::{op}: inference only, no backward")
+    def backward(ctx: Any, grad: Tensor) -> Any:  # reached only through a graph torch traced
+        raise RuntimeError(f"sketchcore::{op}: inference only: the int8 products have no backward")
     return backward, setup_context
 
 
@@ -151,6 +163,12 @@ def _eager(x: Tensor, *tensors: Optional[Tensor]) -> bool:
     return x.device.type != "meta"
 
 
+def _check_no_grad(op: str, x: Tensor, bias: Optional[Tensor]) -> None:
+    """The operators' refusal on the eager road (the binding itself detaches its inputs)."""
+    if (x.requires_grad or (bias is not None and bias.requires_grad)) and _is_grad_enabled():
+        raise _refusal(op)
+
+
 def int8_sketched_linear(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, U_scale: Tensor,
                          bias: Optional[Tensor] = None, activation: str = "none",
                          inner_activation: str = "none") -> Tensor:
@@ -160,6 +178,7 @@ def int8_sketched_linear(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, U
     dtype); codes int8, scales and bias float32. Inference only (the operator refuses inputs that
     require grad under grad mode; the layers check first)."""
     if _eager(x, S_q, S_scale, U_q, U_scale, bias):
+        _check_no_grad("int8_sketched_linear", x, bias)
         return _sketched_body(x, S_q, S_scale, U_q, U_scale, bias, activation, inner_activation)
     out: Tensor = torch.ops.sketchcore.int8_sketched_linear(x, S_q, S_scale, U_q, U_scale, bias, activation,
                                                             inner_activation)
@@ -171,6 +190,7 @@ def int8_linear(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor] 
     """``act(deq(q8(x) W_q) + bias)`` through ``sketchcore.int8_matmul``, as
     :func:`int8_sketched_linear` (eager calls direct, ``sketchcore::int8_linear`` where torch traces)."""
     if _eager(x, W_q, W_scale, bias):
+        _check_no_grad("int8_linear", x, bias)
         return _linear_body(x, W_q, W_scale, bias, activation)
     out: Tensor = torch.ops.sketchcore.int8_linear(x, W_q, W_scale, bias, activation)
     return out
