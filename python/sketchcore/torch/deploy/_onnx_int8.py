@@ -17,13 +17,13 @@ onnxruntime's x86 kernel for uint8 × int8 runs on ``VPMADDUBSW`` where the CPU 
 16-bit pair sums saturate for 8-bit weights (errors of 10 % of the output measured on an AVX2
 machine), while uint8 × uint8 widens to 16 bits first and is exact. The column scales multiply the
 int32 product before the row scales: onnxruntime fuses ``MatMulInteger``, ``Cast`` and the first
-``Mul`` into one kernel that misreads a per-row scale there. Measured once on a busy AVX2 machine
-(384 → 1536, 64 rows, one thread, all exact but the last two): uint8 × uint8 1.0-1.3 ms, a float
-``MatMul`` of the codes (QDQ) 1.0-1.8 ms (and float32 weights after constant folding), int8 × int8
-5-8 ms; uint8 × int8 0.8 ms and ``DynamicQuantizeLinear`` 0.5 ms are wrong there. The weights'
-offset (``Cast``, ``Add``, ``Cast`` of an initializer) is folded to a constant by the exporter.
-The translations are traced (plain functions over onnxscript's opset 18):
-the activation names are Python strings, so each call emits only its own activation's nodes."""
+``Mul`` into one kernel that misreads a per-row scale there. Of the exact forms measured on an
+AVX2 machine (uint8 × uint8, a float ``MatMul`` of the codes as QDQ would run, int8 × int8), uint8 ×
+uint8 was the fastest and keeps one byte per weight; uint8 × int8 and ``DynamicQuantizeLinear`` were
+faster and wrong there. The weights' offset (``Cast``, ``Add``, ``Cast`` of an initializer) is
+folded to a constant by the exporter. The translations are traced (plain functions over
+onnxscript's opset 18): the activation names are Python strings, so each call emits only its own
+activation's nodes."""
 from __future__ import annotations
 
 import math
