@@ -195,7 +195,10 @@ def performer_grid():
     q, kv = 2.0 * torch.randn(2, 7, 16), 2.0 * torch.randn(2, 7, 16)
     padding = torch.zeros(2, 7, dtype=torch.bool)
     padding[1, 4:] = True
-    return cases, model, (q, kv, padding), sct.export_onnx(model, (q, kv, padding))
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    dims = {0: batch, 1: length}  # dynamic: the graph runs at other batch sizes and sequence lengths
+    program = sct.export_onnx(model, (q, kv, padding), dynamic_shapes=((dims, dims, dims),))
+    return cases, model, (q, kv, padding), program
 
 
 def test_performer_matches_torch(performer_grid):
@@ -205,6 +208,18 @@ def test_performer_matches_torch(performer_grid):
     outs = run(program, *inputs)
     for case, out, ref in zip(cases, outs, refs):
         assert out.shape == tuple(ref.shape)
+        assert relative(out, ref) <= 1e-4, case
+
+
+def test_performer_runs_at_another_batch_and_length(performer_grid):
+    cases, model, _, program = performer_grid
+    q, kv = 2.0 * torch.randn(3, 12, 16), 2.0 * torch.randn(3, 12, 16)
+    padding = torch.zeros(3, 12, dtype=torch.bool)
+    padding[0, 9:] = True
+    with torch.no_grad():
+        refs = model(q, kv, padding)
+    for case, out, ref in zip(cases, run(program, q, kv, padding), refs):
+        assert out.shape == tuple(ref.shape) == (3, 12, 16)
         assert relative(out, ref) <= 1e-4, case
 
 
