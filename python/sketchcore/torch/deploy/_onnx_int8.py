@@ -30,13 +30,15 @@ import math
 from typing import Any, Callable, Optional
 
 import torch
-from onnxscript import opset18 as op
+from onnxscript import opset18
+
 
 from sketchcore.torch.ops import _quantized_ops  # noqa: F401 - registers the operators
 
 __all__ = ["TRANSLATIONS"]
 
 _UINT8, _FLOAT = 2, 1  # onnx.TensorProto.UINT8, FLOAT
+op: Any = opset18  # traced with Python constants, which onnxscript's typed signatures do not list
 
 
 def _activation(y: Any, name: str) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor
@@ -26,6 +26,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _is_compiling = torch.compiler.is_compiling
 _is_exporting = torch.compiler.is_exporting
 _is_grad_enabled = torch.is_grad_enabled
+_is_tracing: Any = torch.jit.is_tracing  # type: ignore[attr-defined]
 
 
 # --- packing, once per set of factors ------------------------------------------------------------
@@ -92,14 +93,14 @@ def _in_dtype(kernel_call: Any, x: Tensor, d_out: int) -> Tensor:
 def _sketched_body(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, U_scale: Tensor, bias: Optional[Tensor],
                    activation: str, inner_activation: str) -> Tensor:
     S, U = packed_int8(S_q, S_scale, U_q, U_scale)
-    inner = None if inner_activation == "none" else inner_activation
+    inner: Any = None if inner_activation == "none" else inner_activation  # names the binding checks
     return _in_dtype(lambda x32: sketchcore.int8_sketched_matmul(  # looked up per call: tests may replace it
-        x32, S, U, bias=bias, activation=activation, inner_activation=inner), x, U_q.shape[-1])
+        x32, S, U, bias=bias, activation=cast(Any, activation), inner_activation=inner), x, U_q.shape[-1])
 
 
 def _linear_body(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
     W, = packed_int8(W_q, W_scale)
-    return _in_dtype(lambda x32: sketchcore.int8_matmul(x32, W, bias=bias, activation=activation), x,
+    return _in_dtype(lambda x32: sketchcore.int8_matmul(x32, W, bias=bias, activation=cast(Any, activation)), x,
                      W_q.shape[-1])
 
 
@@ -112,7 +113,8 @@ def _int8_sketched_linear(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, 
 
 
 @_int8_sketched_linear.register_fake
-def _(x, S_q, S_scale, U_q, U_scale, bias, activation, inner_activation):
+def _(x: Tensor, S_q: Tensor, S_scale: Tensor, U_q: Tensor, U_scale: Tensor, bias: Optional[Tensor], activation: str,
+      inner_activation: str) -> Tensor:
     return x.new_empty((*x.shape[:-1], U_q.shape[-1]))
 
 
@@ -122,7 +124,7 @@ def _int8_linear(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor]
 
 
 @_int8_linear.register_fake
-def _(x, W_q, W_scale, bias, activation):
+def _(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor], activation: str) -> Tensor:
     return x.new_empty((*x.shape[:-1], W_q.shape[-1]))
 
 
@@ -158,7 +160,7 @@ def _eager(x: Tensor, *tensors: Optional[Tensor]) -> bool:
     torch.export, torch.jit.trace) and no torch.func transform; else the operator runs."""
     if type(x) not in _PLAIN or any(t is not None and type(t) not in _PLAIN for t in tensors):
         return False
-    if _is_compiling() or _is_exporting() or torch.jit.is_tracing() or _functorch.transforms_active():
+    if _is_compiling() or _is_exporting() or _is_tracing() or _functorch.transforms_active():
         return False
     return x.device.type != "meta"
 
