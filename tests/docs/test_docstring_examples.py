@@ -51,6 +51,7 @@ MODULES = [
     "sketchcore.torch.layers._int8",
     "sketchcore.torch.layers._int8_linear",
     "sketchcore.torch.compress._quantize",
+    "sketchcore.torch.deploy._onnx",
     "sketchcore.jax",
     "sketchcore.tuner",
     "sketchcore.tuner._configs",
@@ -70,7 +71,7 @@ MODULES = [
 # public one): the finder skips their methods in both modules, so they are searched directly,
 # with the public module's names as globals.
 REHOMED = {"sketchcore.sketch": ("sketchcore._sketch_operator", ("SketchOperator",))}
-OPTIONAL = {"sketchcore.torch": "torch", "sketchcore.jax": "jax", "sketchcore.tuner._optuna": "optuna",
+OPTIONAL = {"sketchcore.torch.deploy": "onnxscript", "sketchcore.torch": "torch", "sketchcore.jax": "jax", "sketchcore.tuner._optuna": "optuna",
             "sketchcore.tuner": "torch"}
 
 

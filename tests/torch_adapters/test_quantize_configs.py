@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from sketchcore.torch import Int8Linear, Int8LowRankLinear, LowRankLinear, SKLinear, quantize_, sketch_model  # noqa: E402
-from sketchcore.torch.compress._quantize import Fp8Config, Int8Config  # noqa: E402
+from sketchcore.torch import Fp8Config, Int8Config  # noqa: E402
 
 
 def _model() -> nn.Sequential:

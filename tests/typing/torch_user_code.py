@@ -118,3 +118,16 @@ full_int8 = Int8Linear.from_float(nn.Linear(16, 8).eval())
 with torch.no_grad():
     full_out: torch.Tensor = full_int8(torch.ones(3, 16))
 print(budget, predicted, choice, last_loss, full_out)
+
+from sketchcore.torch import Fp8Config, Int8Config, export_onnx, onnx_translations  # noqa: E402
+
+
+def only_attention(module: nn.Module, name: str) -> bool:
+    return "attn" in name
+
+
+configured: nn.Sequential = quantize_(nn.Sequential(LowRankLinear(16, 8, rank=4), nn.Linear(8, 4)).eval(),
+                                      Int8Config(dense=True), filter_fn=only_attention)
+fp8_format: str = Fp8Config().format
+table = onnx_translations()
+print(configured, fp8_format, len(table), export_onnx)
