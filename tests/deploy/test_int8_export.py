@@ -204,10 +204,10 @@ def onnx_run(model, *args):
     """The model exported to ONNX with the int8 translations, run in onnxruntime, and its nodes' domains."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    from sketchcore.torch.deploy._onnx_int8 import TRANSLATIONS
+    from sketchcore.torch.deploy import export_onnx  # torch.onnx.export with our translations merged in
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(model, args, dynamo=True, custom_translation_table=TRANSLATIONS, verbose=False)
+        program = export_onnx(model, args, verbose=False)
     proto = program.model_proto
     domains = {n.domain for n in proto.graph.node} | {f.domain for f in proto.functions}
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -274,5 +274,7 @@ def test_onnx_translation_refuses_an_unknown_activation():
     from sketchcore.torch.deploy import _onnx_int8
     with pytest.raises(ValueError, match=r"activation: expected one of .* got 'tanh'"):
         _onnx_int8._activation(None, "tanh")
+    from sketchcore.torch.deploy import onnx_translations
     assert set(_onnx_int8.TRANSLATIONS) == {torch.ops.sketchcore.int8_sketched_linear.default,
                                            torch.ops.sketchcore.int8_linear.default}
+    assert all(onnx_translations()[target] is f for target, f in _onnx_int8.TRANSLATIONS.items())  # merged
