@@ -61,6 +61,11 @@ static void test_quantize_and_factor(void) {
   CHECK(sketchcore_int8_quantize(&tw, &t, &ts) == SKETCHCORE_ERROR_SHAPE);
   t = ts, t.shape = short_s;
   EXPECT_STATUS(sketchcore_int8_quantize(&tw, &tq, &t), SKETCHCORE_ERROR_SHAPE, "scale.shape[0]: expected 70");
+  {
+    const int64_t huge[2] = {(int64_t)1 << 40, (int64_t)1 << 40};  /* 2^80 elements: refused, never read */
+    t = tw, t.shape = huge;
+    EXPECT_STATUS(sketchcore_int8_quantize(&t, &tq, &ts), SKETCHCORE_ERROR_SHAPE, "sketchcore_int8_quantize: w:");
+  }
   t = tw, t.device_type = SKETCHCORE_CUDA;
   EXPECT_STATUS(sketchcore_int8_quantize(&t, &tq, &ts), SKETCHCORE_ERROR_DEVICE, "w.device_type");
   w[3] = INFINITY;

@@ -96,6 +96,8 @@ sketchcore_status status_of_current_exception() noexcept {
     status = SKETCHCORE_ERROR_DEVICE, what = e.what();
   } catch (const std::bad_alloc& e) {  // also memory.hpp's out_of_memory
     status = SKETCHCORE_ERROR_OUT_OF_MEMORY, what = e.what();
+  } catch (const std::length_error& e) {  // a temporary larger than a container can hold
+    status = SKETCHCORE_ERROR_OUT_OF_MEMORY, what = e.what();
   } catch (const cuda_error& e) {
     status = SKETCHCORE_ERROR_CUDA, what = e.what();
   } catch (const unverified_path_error& e) {
@@ -145,6 +147,11 @@ Matrix to_matrix(const sketchcore_tensor* t, std::int32_t dtype, int ndim, const
   }
   std::vector<std::int64_t> shape, strides;
   read_extents(*t, op, name, shape, strides);
+  try {  // the element count and the farthest offset must fit in 64 bits (TensorView checks both)
+    (void)TensorView(t->data, DType::float32, shape, strides);
+  } catch (const shape_error& e) {
+    throw shape_error(std::string(op) + ": " + name + ": " + e.what());
+  }
   Matrix m;
   m.data = t->data;
   m.rows = shape[0];

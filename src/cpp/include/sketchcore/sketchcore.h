@@ -273,7 +273,7 @@ SKETCHCORE_C_API sketchcore_status sketchcore_int8_matmul(const sketchcore_tenso
  *  @param rows m, 1 ≤ m < 2^31
  *  @param cols n, 1 ≤ n < 2^31
  *  @param seed Philox key
- *  @param nnz nonzeros per column for sparse_sign (1 ≤ nnz ≤ rows); ignored otherwise except countsketch (1)
+ *  @param nnz nonzeros per column for ::SKETCHCORE_SKETCH_SPARSE_SIGN (1 ≤ nnz ≤ rows); other kinds ignore it
  *  @param scaled nonzero: scale so that E[SᵀS] = I
  *  @param sketch destination of the new handle (not NULL; NULL on failure); free it with
  *                sketchcore_sketch_destroy()
@@ -313,7 +313,7 @@ SKETCHCORE_C_API sketchcore_status sketchcore_sketch_apply_output_shape(const sk
 /** `out = S·A` (or `A·S` when `right`; Sᵀ when `transpose`) without forming S; leading
  *  dimensions of `a` are a batch (C++ sketch_apply).
  *  @param sketch the operator (not NULL)
- *  @param a float32 or float64 operand, any strides (not NULL)
+ *  @param a float32 or float64 operand (float16 and bfloat16 too on a CUDA device), any strides (not NULL)
  *  @param out the result, shape sketchcore_sketch_apply_output_shape() (not NULL)
  *  @param right 0 for S·A, nonzero for A·S
  *  @param transpose nonzero: Sᵀ in place of S
