@@ -6,7 +6,10 @@ conversion (CPU, float32: torch's dynamic quantization runs there only):
 - ``lowrank int8``: the low-rank model through ``sketchcore.torch.quantize_`` (int8 factors), then
   torch's recipe for the dense leftovers (the ``lm_head``), which leaves our layers alone;
 - ``pairs int8``: the same factors written as two ``nn.Linear`` each (x S, then · U), then
-  torch's int8 on everything — what a user gets from torch alone with our factors.
+  torch's int8 on everything — what a user gets from torch alone with our factors;
+- ``torchao int8``: the dense model through torchao's ``quantize_(model,
+  Int8DynamicActivationInt8WeightConfig())`` (eager), torch's recommended successor to
+  ``quantize_dynamic`` — present only where torchao imports.
 
 On a CUDA device (``device_quantized_twins``) the low-rank model with int8 and fp8 factors is
 compared with its bf16 self instead (torch's dynamic int8 runs on the CPU only).
@@ -26,7 +29,7 @@ from meters import model_bytes
 import sketchcore
 from sketchcore.torch import LowRankLinear, quantize_
 
-INT8_MODELS = ("torch int8", "lowrank int8", "pairs int8")
+INT8_MODELS = ("torch int8", "lowrank int8", "pairs int8", "torchao int8")
 #: Every model with quantized layers: inference only, and not traced by torch.compile (the
 #: quantized layers call sketchcore directly).
 QUANTIZED_MODELS = (*INT8_MODELS, "lowrank fp8")
@@ -67,10 +70,34 @@ def pairs_int8(lowrank: nn.Module) -> nn.Module:
     return torch_int8(pairs)
 
 
+def torchao_int8(dense: nn.Module) -> nn.Module | None:
+    """A copy through torchao's int8 dynamic activation + int8 weight config, or None (with the
+    reason printed) where torchao does not import."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+            from torchao.quantization import quantize_ as torchao_quantize_
+    except Exception as error:  # noqa: BLE001 - any failure to import is the reason
+        print(f"torchao int8: not run ({type(error).__name__}: {str(error)[:120]})")
+        return None
+    model = copy.deepcopy(dense)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torchao_quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    return model
+
+
 def int8_twins(dense: nn.Module, lowrank: nn.Module) -> dict[str, nn.Module]:
-    """The three int8 models, in eval mode."""
-    return {"torch int8": torch_int8(dense).eval(), "lowrank int8": lowrank_int8(lowrank).eval(),
-            "pairs int8": pairs_int8(lowrank).eval()}
+    """The int8 models (torchao's only where it imports), in eval mode."""
+    twins = {"torch int8": torch_int8(dense).eval(), "lowrank int8": lowrank_int8(lowrank).eval(),
+             "pairs int8": pairs_int8(lowrank).eval()}
+    torchao = torchao_int8(dense)
+    if torchao is not None:
+        twins["torchao int8"] = torchao.eval()
+    return twins
 
 
 def device_quantized_twins(lowrank: nn.Module, device: torch.device) -> dict[str, nn.Module]:

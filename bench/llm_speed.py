@@ -365,8 +365,9 @@ def int8_summary(results: dict[str, Any]) -> list[str]:
     for phase, rows in results["phases"].items():
         if "lowrank int8" not in rows:
             continue
+        peers = [peer for peer in ("torch int8", "pairs int8", "torchao int8") if peer in rows]
         cells = [f"vs {peer} **{m:.2f}×** [{lo:.2f}, {hi:.2f}]"
-                 for peer in ("torch int8", "pairs int8") for m, lo, hi in [head_to_head(rows, "lowrank int8", peer)]]
+                 for peer in peers for m, lo, hi in [head_to_head(rows, "lowrank int8", peer)]]
         lines.append(f"- {phase}: " + "; ".join(cells))
     sizes, tables = results["model_bytes"], results["embedding_bytes"]
     read = {name: sizes[name] - tables[name] for name in sizes}
