@@ -265,3 +265,42 @@ def test_gram_hooks_keep_sums_apart_once_inputs_differ(gen):
     assert grams["a"] is not grams["b"]
     torch.testing.assert_close(grams["a"], x.t() @ x + y.t() @ y)
     torch.testing.assert_close(grams["b"], 2 * x.t() @ x)
+
+
+class MaskedEncoder(nn.Module):
+    """A keyword-argument model in the transformers convention: ids and an attention mask."""
+
+    def __init__(self, vocab=30, d=8, out=6):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d, dtype=torch.float64)
+        self.proj = nn.Linear(d, out, dtype=torch.float64)
+
+    def forward(self, input_ids, attention_mask):
+        return self.proj(self.embed(input_ids))
+
+
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_padding_positions_stay_out_of_the_grams(gen, float_mask):
+    model = MaskedEncoder()
+    ids = torch.randint(1, 30, (3, 7), generator=gen)
+    lengths = [7, 4, 2]
+    mask = torch.zeros(3, 7, dtype=torch.float32 if float_mask else torch.int64)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    grams = _calibrate.collect_grams(model, {"proj": (model.proj, 8)}, [{"input_ids": ids, "attention_mask": mask}])
+    with torch.no_grad():
+        tokens = torch.cat([model.embed(ids[row, :length]) for row, length in enumerate(lengths)])
+        everything = model.embed(ids).reshape(-1, 8)
+    torch.testing.assert_close(grams["proj"], tokens.t() @ tokens, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(grams["proj"], everything.t() @ everything)  # the padded rows would have counted
+
+
+def test_masks_that_are_not_zero_one_or_not_2d_keep_every_row(gen):
+    model = MaskedEncoder()
+    ids = torch.randint(1, 30, (2, 5), generator=gen)
+    with torch.no_grad():
+        rows = model.embed(ids).reshape(-1, 8)
+    for mask in (torch.full((2, 5), 0.5), torch.ones(2, 1, 1, 5), torch.ones(2, 5)):
+        grams = _calibrate.collect_grams(model, {"proj": (model.proj, 8)}, [{"input_ids": ids, "attention_mask": mask}])
+        torch.testing.assert_close(grams["proj"], rows.t() @ rows, rtol=1e-12, atol=1e-12)
+    assert _calibrate.token_positions([ids]) is None and _calibrate._TOKEN_POSITIONS.get() is None

@@ -5,6 +5,7 @@ whole model against the original modules on the same inputs."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -123,13 +124,35 @@ def gram_hooks(layers: Mapping[str, tuple[nn.Module, RowsOf]]) -> Iterator[dict[
             handle.remove()
 
 
+#: The positions of the batch being run that hold tokens (a boolean (batch, length) tensor from its
+#: ``attention_mask``), or None: padding positions carry no data, so their rows stay out of the Grams.
+_TOKEN_POSITIONS: contextvars.ContextVar[Optional[Tensor]] = contextvars.ContextVar("token_positions", default=None)
+
+
+def token_positions(batch: Any) -> Optional[Tensor]:
+    """The non-padding positions of a batch of keyword arguments with a 2-D 0/1 ``attention_mask``
+    (the transformers convention), as a boolean tensor; None otherwise (every position counts)."""
+    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+    if not isinstance(mask, Tensor) or mask.dim() != 2 or mask.is_floating_point() and not bool(
+            ((mask == 0) | (mask == 1)).all()):
+        return None
+    positions = mask != 0
+    return None if bool(positions.all()) else positions
+
+
 def rows_for(d_in: int) -> RowsOf:
     """The rows of a linear layer's input of width ``d_in`` (None for another width): float64 for
-    float64 inputs, float32 otherwise (the Gram product's dtype; the sums are float64)."""
+    float64 inputs, float32 otherwise (the Gram product's dtype; the sums are float64). Inside
+    :func:`collect_grams`, an input laid out as the batch's attention mask keeps only the rows of
+    its tokens."""
     def rows_of(x: Tensor) -> Optional[Tensor]:
         if x.shape[-1] != d_in:
             return None
-        rows = x.reshape(-1, d_in)
+        positions = _TOKEN_POSITIONS.get()
+        if positions is not None and tuple(x.shape[:-1]) == tuple(positions.shape):
+            rows = x[positions.to(x.device)]
+        else:
+            rows = x.reshape(-1, d_in)
         return rows if rows.dtype in (torch.float64, torch.float32) else rows.to(torch.float32)
     return rows_of
 
@@ -137,14 +160,19 @@ def rows_for(d_in: int) -> RowsOf:
 def collect_grams(model: nn.Module, layers: Mapping[str, tuple[nn.Module, int]], batches: Iterable[Any],
                   outputs: Optional[Callable[[Any], None]] = None) -> dict[str, Tensor]:
     """XᵀX (float64, d_in × d_in) of the inputs each named layer (module, d_in) receives over
-    all batches, rows being the positions of the leading dimensions. Layers never called are
+    all batches, rows being the positions of the leading dimensions (only the tokens' positions
+    where a batch's ``attention_mask`` marks padding). Layers never called are
     absent from the result. Layers given the same input tensor in every call share one tensor.
     ``outputs``, when given, receives the model's output on each batch in turn."""
     flat = {d_in: rows_for(d_in) for d_in in {d for _, d in layers.values()}}
     with gram_hooks({name: (module, flat[d_in]) for name, (module, d_in) in layers.items()}) as grams:
         with evaluating(model):
             for batch in batches:
-                output = call_model(model, batch)
+                token = _TOKEN_POSITIONS.set(token_positions(batch))
+                try:
+                    output = call_model(model, batch)
+                finally:
+                    _TOKEN_POSITIONS.reset(token)
                 if outputs is not None:
                     outputs(output)
     return grams
