@@ -1,8 +1,9 @@
 """PyTorch adapters: sketchcore's sketched GEMM as torch custom operators; ``SKLinear``, a
 drop-in for Panther's sketched linear layer; ``SKConv2d``, its sketched convolution; ``RandMultiHeadAttention`` / ``make_performer``,
 its Performer attention (``performer_attention``, the differentiable kernel underneath);
-``LowRankLinear``; ``Int8LowRankLinear``, ``Fp8LowRankLinear`` and ``quantize_`` with ``Int8Config``/``Fp8Config`` (int8 factors for CPU
-inference, fp8 factors for CUDA); and model compression
+``LowRankLinear``; ``QuantizedLowRankLinear`` (8-bit factors in a format: int8 for CPU inference,
+fp8 for CUDA), its named forms ``Int8LowRankLinear`` and ``Fp8LowRankLinear``, and ``quantize_`` with
+``Int8Config``/``Fp8Config``; and model compression
 (``sketch_model``, ``restore_model``, ``register_linear``) with near-optimal conversions, from the
 weights' SVD or data-aware (calibration inputs); and ONNX export (``export_onnx``, or
 ``onnx_translations`` for ``torch.onnx.export(..., dynamo=True, custom_translation_table=...)``).
@@ -26,6 +27,7 @@ from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
 from sketchcore.torch.layers._int8_linear import Int8Linear
 from sketchcore.torch.layers._lowrank import LowRankLinear
+from sketchcore.torch.layers._quantized import QuantizedLowRankLinear
 from sketchcore.torch.ops._memory_mode import low_rank_activations
 from sketchcore.torch.layers._sklinear import SKLinear
 from sketchcore.torch.ops._performer import performer_attention
@@ -36,6 +38,6 @@ from sketchcore.torch.deploy import export_onnx, onnx_translations
 from sketchcore.torch.ops._ops import _autocast_args  # noqa: F401 - tested directly
 
 __all__ = ["Calibration", "ConversionReport", "DerivedWeight", "Fp8Config", "Fp8LowRankLinear", "HealReport", "Int8Config", "Int8Linear", "Int8LowRankLinear", "LayerReport",
-           "LowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "export_onnx", "heal", "low_rank_activations",
+           "LowRankLinear", "QuantizedLowRankLinear", "RandMultiHeadAttention", "SKConv2d", "SKLinear", "export_onnx", "heal", "low_rank_activations",
            "make_performer", "onnx_translations", "performer_attention", "quantize_", "register_linear", "restore_model", "sketch_model", "sketched_conv2d",
            "sketched_linear", "sklinear"]

@@ -51,7 +51,7 @@ class Fp8Config:
 QuantizeConfig = Union[Int8Config, Fp8Config]
 #: The configurations ``quantize_`` and ``sketch_model(quantize=...)`` know, by name.
 QUANTIZE_CONFIGS: dict[str, QuantizeConfig] = {"int8": Int8Config(), "fp8": Fp8Config()}
-#: The low-rank layer class of each format.
+#: The low-rank layer class of each format (the named subclasses of QuantizedLowRankLinear).
 QUANTIZED_LAYERS: dict[str, type[QuantizedLowRankLinear]] = {"int8": Int8LowRankLinear, "fp8": Fp8LowRankLinear}
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -83,7 +83,7 @@ def _replacement(module: nn.Module, config: QuantizeConfig) -> Optional[nn.Modul
         assert isinstance(module, nn.Linear)
         return Int8Linear.from_float(module)
     assert isinstance(module, (LowRankLinear, SKLinear))
-    return QUANTIZED_LAYERS[config.format]._from_float(module)
+    return QUANTIZED_LAYERS[config.format].from_float(module)
 
 
 def quantize_layers(model: nn.Module, only: Optional[Collection[str]] = None, config: object = "int8",

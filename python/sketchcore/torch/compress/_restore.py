@@ -15,7 +15,7 @@ from sketchcore.torch.layers._conv import SKConv2d
 from sketchcore.torch.layers._fp8 import Fp8LowRankLinear
 from sketchcore.torch.layers._int8 import Int8LowRankLinear
 from sketchcore.torch.layers._int8_linear import Int8Linear
-from sketchcore.torch.layers._quantized import QuantizedLayer
+from sketchcore.torch.layers._quantized import QuantizedLayer, QuantizedLowRankLinear
 from sketchcore.torch.layers._layer_state import inferred_linear_configs, saved_layer_configs
 from sketchcore.torch.layers._lowrank import LowRankLinear
 from sketchcore.torch.layers._sklinear import SKLinear
@@ -24,7 +24,8 @@ __all__ = ["restore_model"]
 
 _LAYERS = {"SKLinear": SKLinear, "LowRankLinear": LowRankLinear, "SKConv2d": SKConv2d,
            "RandMultiHeadAttention": RandMultiHeadAttention, "Int8LowRankLinear": Int8LowRankLinear,
-           "Fp8LowRankLinear": Fp8LowRankLinear, "Int8Linear": Int8Linear}
+           "Fp8LowRankLinear": Fp8LowRankLinear, "QuantizedLowRankLinear": QuantizedLowRankLinear,
+           "Int8Linear": Int8Linear}
 
 
 def restore_model(model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True) -> nn.Module:
@@ -102,10 +103,10 @@ def _empty_layer(cls: type, config: dict[str, Any], placement: dict[str, Any]) -
         return SKConv2d(config["in_channels"], config["out_channels"], tuple(config["kernel_size"]),
                         tuple(config["stride"]), tuple(config["padding"]), config["bias"], config["num_terms"],
                         config["low_rank"], dilation=tuple(config["dilation"]), **placement)
-    if cls in (Int8LowRankLinear, Fp8LowRankLinear):  # the saved 8-bit factors, as they are (no dense weight)
+    if issubclass(cls, QuantizedLowRankLinear):  # the saved 8-bit factors, as they are (no dense weight)
         layer: nn.Module = cls(config["in_features"], config["out_features"], config["rank"], bias=config["bias"],
                                activation=config["activation"], inner_activation=config.get("inner_activation"),
-                               device=placement.get("device"))
+                               device=placement.get("device"), format=config["quantize"])
         return layer
     if cls is Int8Linear:
         return Int8Linear(config["in_features"], config["out_features"], bias=config["bias"],

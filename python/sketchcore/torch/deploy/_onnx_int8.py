@@ -1,7 +1,9 @@
 """ONNX translations of the int8 layers' custom operators (``sketchcore::int8_sketched_linear``,
 ``sketchcore::int8_linear``) into standard ONNX (opset 18, the default domain only), for
 ``torch.onnx.export(..., dynamo=True)``; :mod:`sketchcore.torch.deploy._onnx` merges
-``TRANSLATIONS`` into its table.
+``TRANSLATIONS`` into its table. fp8 (``sketchcore::fp8_sketched_linear``) is not translated:
+e4m3 needs opset 19 or newer beside these opset 18 functions, and no runtime checked it against
+the CUDA kernels; its entry raises, naming the way out (int8, or the float model).
 
 The graph reproduces sketchcore's int8 arithmetic (``src/cpp/cpu/int8_gemm.cpp``): each row of the
 activations is quantized symmetrically, ``s = max|row| / 127``, codes ``round_half_even(row · (127 /
@@ -104,8 +106,17 @@ def int8_linear(x: Any, W_q: Any, W_scale: Any, bias: Optional[Any] = None, acti
     return _as_float32(x, lambda x32: _epilogue(_int8_product(x32, W_q, W_scale), bias, activation))
 
 
+def fp8_sketched_linear(*args: Any, **kwargs: Any) -> Any:
+    """No ONNX form: raises NotImplementedError naming the alternatives."""
+    raise NotImplementedError("sketchcore ONNX export: sketchcore::fp8_sketched_linear: expected layers with an ONNX "
+                              "translation, got an fp8 layer (Fp8LowRankLinear): fp8 (e4m3) factors have no ONNX "
+                              "export; quantize the model to 'int8' (quantize_(model, 'int8')) or export the float "
+                              "model (torch.export.export still traces the fp8 model)")
+
+
 #: torch operator overload → its ONNX translation (custom_translation_table entries).
 TRANSLATIONS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     torch.ops.sketchcore.int8_sketched_linear.default: int8_sketched_linear,
     torch.ops.sketchcore.int8_linear.default: int8_linear,
+    torch.ops.sketchcore.fp8_sketched_linear.default: fp8_sketched_linear,
 }

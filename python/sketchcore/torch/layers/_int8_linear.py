@@ -10,14 +10,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from sketchcore.torch.ops._quantized_ops import int8_linear
-from sketchcore.torch.layers._int8 import Int8Format, quantize_columns
+from sketchcore.torch.ops._quantized_ops import FORMATS, int8_linear
 from sketchcore.torch.layers._quantized import QuantizedLayer
 
 __all__ = ["Int8Linear"]
 
 
-class Int8Linear(Int8Format, QuantizedLayer):
+class Int8Linear(QuantizedLayer):
     """``y = activation(deq(q8(x) W_q) + bias)``: a dense linear layer with an int8 weight, for inference.
 
     The weight W (in_features, out_features) — ``x @ W``, the transpose of ``nn.Linear.weight`` — is
@@ -59,7 +58,7 @@ class Int8Linear(Int8Format, QuantizedLayer):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: Optional[str] = None,
                  device: Any = None) -> None:
-        super().__init__(in_features, out_features, {"activation": activation})
+        super().__init__(in_features, out_features, {"activation": activation}, FORMATS["int8"])
         self.register_buffer("W_q", torch.zeros(in_features, out_features, dtype=torch.int8, device=device))
         self.register_buffer("W_scale", torch.ones(out_features, dtype=torch.float32, device=device))
         self.register_buffer("bias", torch.zeros(out_features, dtype=torch.float32, device=device) if bias else None)
@@ -139,7 +138,7 @@ class Int8Linear(Int8Format, QuantizedLayer):
         if not bool(torch.isfinite(m).all()):
             raise ValueError(f"{name}: M: expected finite values, got a NaN or infinity")
         new = cls(m.shape[0], m.shape[1], bias=bias is not None, activation=activation)
-        new.W_q, new.W_scale = quantize_columns(m)
+        new.W_q, new.W_scale = FORMATS["int8"].quantize_columns(m)
         if bias is not None:
             b = torch.as_tensor(np.asarray(bias) if not isinstance(bias, Tensor) else bias).detach()
             if not b.is_floating_point():
