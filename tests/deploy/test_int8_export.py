@@ -276,5 +276,6 @@ def test_onnx_translation_refuses_an_unknown_activation():
         _onnx_int8._activation(None, "tanh")
     from sketchcore.torch.deploy import onnx_translations
     assert set(_onnx_int8.TRANSLATIONS) == {torch.ops.sketchcore.int8_sketched_linear.default,
-                                           torch.ops.sketchcore.int8_linear.default}
+                                           torch.ops.sketchcore.int8_linear.default,
+                                           torch.ops.sketchcore.fp8_sketched_linear.default}  # fp8: refuses
     assert all(onnx_translations()[target] is f for target, f in _onnx_int8.TRANSLATIONS.items())  # merged
