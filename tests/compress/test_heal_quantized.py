@@ -71,3 +71,18 @@ def test_standins_compute_the_quantized_layers_maps_and_a_failure_restores_them(
             assert error < 0.03
             raise RuntimeError("stop")
     assert all(a is b for a, b in zip(model, layers))  # a failure puts every layer back as it was
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_requantized_layers_keep_their_format(rng, fmt):
+    # the format-generic layer must come back in its own format, not the class's default
+    generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    model = nn.Sequential(sct.LowRankLinear(32, 32, rank=4), nn.GELU(), sct.LowRankLinear(32, 16, rank=4)).eval()
+    model[0] = sct.QuantizedLowRankLinear.from_float(model[0], format=fmt)
+    model[2] = sct.QuantizedLowRankLinear.from_float(model[2], format=fmt)
+    with float_standins(model) as count:
+        assert count == 2 and isinstance(model[0], sct.LowRankLinear)
+        with torch.no_grad():
+            model[0].S.add_(0.01 * torch.randn(model[0].S.shape, generator=generator))
+    assert [type(m) for m in model[::2]] == [sct.QuantizedLowRankLinear] * 2
+    assert [m.format for m in model[::2]] == [fmt, fmt]

@@ -50,6 +50,7 @@ MODULES = [
     "sketchcore.torch.parallel._comm",
     "sketchcore.torch.layers._int8",
     "sketchcore.torch.layers._int8_linear",
+    "sketchcore.torch.layers._quantized",
     "sketchcore.torch.compress._quantize",
     "sketchcore.torch.deploy._onnx",
     "sketchcore.jax",

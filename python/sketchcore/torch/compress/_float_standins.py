@@ -68,7 +68,7 @@ def float_standins(model: nn.Module) -> Iterator[int]:
             standin = standins[key]
             if finished and isinstance(original, QuantizedLowRankLinear):
                 assert isinstance(standin, LowRankLinear)
-                requantized = type(original)._from_float(standin).to(original.S_q.device)
+                requantized = type(original)._from_float(standin, format=original.format).to(original.S_q.device)
                 back[key] = requantized.train(original.training)
             else:  # a full-rank layer (frozen), or healing failed: the layer as it was
                 back[key] = original
