@@ -36,23 +36,29 @@ cdef double _real(object value, str name) except? -1.0:
 
 
 # Activation name -> the core's enumerator (as an int): a dict lookup instead of encoding and
-# parsing the name on every call; unknown names go to the core's parser for its message.
-_ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
+# parsing the name on every call; unknown names go to the core's parser for its message. The one
+# name table of the bindings (_fastcall re-exports it as ACTIVATION_CODES).
+ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
+_ACTIVATION_CODES = ACTIVATION_CODES
+
+
+cdef Activation _activation(value, str name, str op) except *:
+    """The core's enumerator of the activation named `value` (None means "none"), for the argument
+    `name` of `op`: a TypeError for a value that is not a str, a ValueError listing the valid names
+    for an unknown one."""
+    if value is None:
+        value = "none"
+    if not isinstance(value, str):
+        raise TypeError(f"{op}: {name}: expected a str such as 'relu' or None, got {type(value).__name__}")
+    code = ACTIVATION_CODES.get(value)
+    if code is None:
+        raise ValueError(f"{op}: {name}: expected one of {tuple(ACTIVATION_CODES)}, got {value!r}")
+    return <Activation><int>code
 
 
 cdef int _inner_activation_code(inner_activation, str op) except -1:
-    """The core's enumerator of the inner activation (None means "none"); a ValueError naming
-    the argument and listing the valid names otherwise."""
-    if inner_activation is None:
-        return _ACTIVATION_CODES["none"]
-    if not isinstance(inner_activation, str):
-        raise TypeError(f"{op}: inner_activation: expected a str such as 'silu' or None, "
-                        f"got {type(inner_activation).__name__}")
-    code = _ACTIVATION_CODES.get(inner_activation)
-    if code is None:
-        raise ValueError(f"{op}: inner_activation: expected one of {tuple(_ACTIVATION_CODES)}, "
-                         f"got {inner_activation!r}")
-    return code
+    """The core's enumerator of the inner activation (None means "none"), as an int."""
+    return <int>_activation(inner_activation, "inner_activation", op)
 
 
 cdef _EpilogueArgs _epilogue_args(activation, scale, dropout_p, seed, bint draw_seed, inner_activation=None,

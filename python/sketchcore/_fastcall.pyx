@@ -23,7 +23,7 @@ from sketchcore._ops cimport _enter
 from sketchcore._sketchcore cimport Activation, Epilogue, SketchedMatmulGradients, TensorView, join_views
 
 #: Activation name -> the core's enumerator, as an int (the adapters look it up once per call).
-ACTIVATION_CODES = {core.activation_name(a).decode(): <int>a for a in core.all_activations()}
+from sketchcore._epilogue import ACTIVATION_CODES
 
 
 cdef int _factor(object first, object second, str name, TensorView* view, Borrowed* held) except -1:

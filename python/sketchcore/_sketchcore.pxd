@@ -3,6 +3,7 @@
 # `except +raise_py_error`: the one handler maps sketchcore's C++ exceptions to Python ones.
 from libc.stdint cimport int64_t, uint8_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
+from libcpp.memory cimport unique_ptr
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -77,23 +78,33 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
                                   const TensorView& U, const TensorView& intermediate, const Epilogue& epilogue,
                                   const SketchedMatmulGradients& grads) except +raise_py_error
 
-    # int8_matmul.hpp
-    cdef cppclass Int8Factor:
-        Int8Factor(const signed char* q, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
-                   const float* scale) except +raise_py_error
+    # quantized.hpp
+    cdef enum class QuantFormat:
+        int8 "sketchcore::QuantFormat::int8"
+        fp8_e4m3 "sketchcore::QuantFormat::fp8_e4m3"
+
+    cdef cppclass QuantizedFactor:
         int64_t rows()
         int64_t cols()
         int64_t nbytes()
-        void unpack(signed char* q)
+        void unpack_codes(uint8_t* codes)
         const float* scales()
 
-    vector[int64_t] int8_sketched_matmul_output_shape(const TensorView& x, const Int8Factor& S,
-                                                      const Int8Factor& U) except +raise_py_error
-    void int8_sketched_matmul(const TensorView& x, const Int8Factor& S, const Int8Factor& U, const TensorView& out,
-                              const Epilogue& epilogue) except +raise_py_error
-    vector[int64_t] int8_matmul_output_shape(const TensorView& x, const Int8Factor& W) except +raise_py_error
-    void int8_matmul(const TensorView& x, const Int8Factor& W, const TensorView& out,
-                     const Epilogue& epilogue) except +raise_py_error
+    unique_ptr[QuantizedFactor] make_quantized_factor(QuantFormat format, const uint8_t* codes, int64_t rows,
+                                                      int64_t cols, int64_t row_stride, int64_t col_stride,
+                                                      const float* scale) except +raise_py_error
+    vector[int64_t] quantized_sketched_matmul_output_shape(const TensorView& x, const QuantizedFactor& S,
+                                                           const QuantizedFactor& U) except +raise_py_error
+    void quantized_sketched_matmul(const TensorView& x, const QuantizedFactor& S, const QuantizedFactor& U,
+                                   const TensorView& out, const Epilogue& epilogue) except +raise_py_error
+    vector[int64_t] quantized_matmul_output_shape(const TensorView& x, const QuantizedFactor& W) except +raise_py_error
+    void quantized_matmul(const TensorView& x, const QuantizedFactor& W, const TensorView& out,
+                          const Epilogue& epilogue) except +raise_py_error
+
+    # int8_matmul.hpp
+    cdef cppclass Int8Factor(QuantizedFactor):
+        pass
+
     string int8_gemm_isa() except +raise_py_error
     void set_int8_gemm_isa(const string& name) except +raise_py_error
     cbool int8_gemm_isa_supported(const string& name) except +raise_py_error
@@ -104,19 +115,6 @@ cdef extern from "sketchcore/sketchcore.hpp" namespace "sketchcore" nogil:
     # fp8_matmul.hpp
     uint8_t float_to_e4m3(float value) nogil
     float e4m3_to_float(uint8_t code) nogil
-    cdef cppclass Fp8Factor:
-        Fp8Factor(const uint8_t* codes, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
-                  const float* scale) except +raise_py_error
-        int64_t rows()
-        int64_t cols()
-        int64_t nbytes()
-        void unpack(uint8_t* codes)
-        const float* scales()
-
-    vector[int64_t] fp8_sketched_matmul_output_shape(const TensorView& x, const Fp8Factor& S,
-                                                     const Fp8Factor& U) except +raise_py_error
-    void fp8_sketched_matmul(const TensorView& x, const Fp8Factor& S, const Fp8Factor& U, const TensorView& out,
-                             const Epilogue& epilogue) except +raise_py_error
 
     # performer.hpp
     cdef enum class PerformerKernel:

@@ -15,7 +15,7 @@
 // on a GPU: it is the gated path cuda_padded_inner_width (gated_paths.hpp), and while that is
 // closed cuda_inner_width() answers k itself, the unpadded call that last passed on a device.
 // The fused Performer kernels are gated likewise (cuda_performer_kernels), and so is the int8
-// sketched GEMM (cuda_int8_factors, int8_cuda.cu) and the fp8 one (cuda_fp8_factors, fp8_cuda.cu).
+// sketched GEMM (cuda_int8_factors) and the fp8 one (cuda_fp8_factors), both in quantized_cuda.cu.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -403,17 +403,18 @@ class CudaBackend final : public detail::Backend {
     require_gated_path(GatedPath::cuda_performer_kernels, "performer_attention_backward on a CUDA device");
     performer_attention_backward_on_device(p, grad_out, g);
   }
-  void int8_sketched_matmul(const detail::Int8MatmulProblem& p) const override {
-    require_gated_path(GatedPath::cuda_int8_factors, "int8_sketched_matmul on a CUDA device");
-    int8_sketched_matmul_on_device(p);
+  // Each quantized format's CUDA kernels are behind their own gated path.
+  static void require_quantized_gate(QuantFormat format, const char* op) {
+    require_gated_path(format == QuantFormat::int8 ? GatedPath::cuda_int8_factors : GatedPath::cuda_fp8_factors,
+                       std::string(op) + " on a CUDA device");
   }
-  void int8_matmul(const detail::Int8DenseProblem& p) const override {
-    require_gated_path(GatedPath::cuda_int8_factors, "int8_matmul on a CUDA device");
-    int8_matmul_on_device(p);
+  void quantized_sketched_matmul(const detail::QuantizedMatmulProblem& p) const override {
+    require_quantized_gate(p.S.format(), quant_format_info(p.S.format()).sketched_op);
+    quantized_sketched_matmul_on_device(p);
   }
-  void fp8_sketched_matmul(const detail::Fp8MatmulProblem& p) const override {
-    require_gated_path(GatedPath::cuda_fp8_factors, "fp8_sketched_matmul on a CUDA device");
-    fp8_sketched_matmul_on_device(p);
+  void quantized_matmul(const detail::QuantizedDenseProblem& p) const override {
+    require_quantized_gate(p.W.format(), quant_format_info(p.W.format()).dense_op);
+    quantized_matmul_on_device(p);
   }
   bool supports(DType) const noexcept override { return true; }  // every DType, in float32 or float64 arithmetic
   int device_count() const noexcept override {

@@ -1,4 +1,4 @@
-// The CUDA backend's sketch, Performer, int8 and fp8 operations, called by CudaBackend
+// The CUDA backend's sketch, Performer and quantized operations, called by CudaBackend
 // (cuda_backend.cu) on problems the core has validated (kernels and staging: cuda_sketch.cu, performer_*.cu).
 #pragma once
 
@@ -20,12 +20,11 @@ void performer_attention_on_device(const detail::PerformerProblem& problem);
 void performer_attention_backward_on_device(const detail::PerformerProblem& problem, const TensorView& grad_out,
                                             const PerformerGradients& grads);
 
-/// int8_sketched_matmul on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
-void int8_sketched_matmul_on_device(const detail::Int8MatmulProblem& problem);
-/// int8_matmul (full rank) on the device of `problem.x` (int8_cuda.cu; gated: the caller checks).
-void int8_matmul_on_device(const detail::Int8DenseProblem& problem);
-/// fp8_sketched_matmul on the device of `problem.x` (fp8_cuda.cu; gated: the caller checks).
-/// @throws device_error for a device of compute capability below 8.9
-void fp8_sketched_matmul_on_device(const detail::Fp8MatmulProblem& problem);
+/// quantized_sketched_matmul on the device of `problem.x`, with the kernels of the factors' format
+/// (quantized_cuda.cu; gated per format: the caller checks).
+/// @throws device_error for fp8 factors on a device of compute capability below 8.9
+void quantized_sketched_matmul_on_device(const detail::QuantizedMatmulProblem& problem);
+/// quantized_matmul (full rank) on the device of `problem.x` (quantized_cuda.cu; int8 only; gated: the caller checks).
+void quantized_matmul_on_device(const detail::QuantizedDenseProblem& problem);
 
 }  // namespace sketchcore::cuda

@@ -44,7 +44,7 @@ void lt_gemm(int device, DType dtype, std::int64_t m, std::int64_t n, std::int64
 
 /// The int8 product of the int8 sketched GEMM, exact in int32: d (n × m, row-major, leading
 /// dimension m) with d(r, j) = Σ_c b(r, c) · a(j, c) for c < k, where `a` holds m rows of k int8
-/// values (a factor's columns, detail/int8_device.hpp) and `b` n rows of k int8 values (quantized
+/// values (a factor's columns, detail/quantized_storage.hpp) and `b` n rows of k int8 values (quantized
 /// activations), both with leading dimension k. In cuBLASLt's column-major terms the "TN" int8
 /// GEMM its tensor-core kernels run, D = Aᵀ·B with CUBLAS_COMPUTE_32I; m and k must be multiples
 /// of 16 (leading dimensions too), the pointers 16-byte aligned. Plans are cached per shape.
@@ -55,7 +55,7 @@ void lt_gemm_int8(int device, std::int64_t m, std::int64_t n, std::int64_t k, co
 
 /// The fp8 product of the fp8 sketched GEMM: d (n × m, row-major, leading dimension m, float32)
 /// with d(r, j) = Σ_c b(r, c) · a(j, c) for c < k, where `a` holds m rows of k e4m3 codes (a
-/// factor's columns, detail/fp8_device.hpp) and `b` n rows of k e4m3 codes (quantized
+/// factor's columns, detail/quantized_storage.hpp) and `b` n rows of k e4m3 codes (quantized
 /// activations), both with leading dimension k: cuBLASLt's "TN" fp8 GEMM (CUDA_R_8F_E4M3 A and B,
 /// CUBLAS_COMPUTE_32F, float32 C and D, unit per-tensor scales), which cuBLASLt runs on compute
 /// capability 8.9 and newer only; m and k (the leading dimensions too) must be multiples of 16, pointers 16-byte

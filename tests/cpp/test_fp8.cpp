@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "detail/fp8_device.hpp"
+#include "detail/quantized_storage.hpp"
 #include "sketchcore/errors.hpp"
 #include "sketchcore/fp8_matmul.hpp"
 #include "sketchcore/gated_paths.hpp"

@@ -1,7 +1,7 @@
-// The device layout of an Int8Factor (detail/int8_device.hpp), built on the host: what the CUDA
-// backend uploads for cuBLASLt's int8 GEMM. White-box (the function is private to the library; the
-// test compiles src/cpp/int8_device_layout.cpp itself). The GEMM that reads it runs only on a GPU
-// (tests/gpu/test_gpu_int8.py).
+// The stored layout of an Int8Factor (detail/quantized_storage.hpp, shared by every format), built
+// on the host: what the CUDA backend uploads for cuBLASLt's int8 GEMM, and the per-device copies the
+// factor keeps. White-box (the storage is read through the header only). The GEMM that reads it runs
+// only on a GPU (tests/gpu/test_gpu_int8.py).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "detail/int8_device.hpp"
+#include "detail/quantized_storage.hpp"
 #include "sketchcore/int8_matmul.hpp"
 
 namespace sc = sketchcore;
@@ -18,11 +18,11 @@ namespace sc = sketchcore;
 namespace {
 
 TEST(Int8DeviceLayout, ExtentsArePositiveMultiplesOf16) {
-  EXPECT_EQ(sc::detail::int8_device_extent(0), 16);
-  EXPECT_EQ(sc::detail::int8_device_extent(1), 16);
-  EXPECT_EQ(sc::detail::int8_device_extent(16), 16);
-  EXPECT_EQ(sc::detail::int8_device_extent(17), 32);
-  EXPECT_EQ(sc::detail::int8_device_extent(375), 384);
+  EXPECT_EQ(sc::detail::quantized_extent(0), 16);
+  EXPECT_EQ(sc::detail::quantized_extent(1), 16);
+  EXPECT_EQ(sc::detail::quantized_extent(16), 16);
+  EXPECT_EQ(sc::detail::quantized_extent(17), 32);
+  EXPECT_EQ(sc::detail::quantized_extent(375), 384);
 }
 
 TEST(Int8DeviceLayout, ColumnsAreContiguousAndThePaddingIsZero) {
@@ -36,15 +36,15 @@ TEST(Int8DeviceLayout, ColumnsAreContiguousAndThePaddingIsZero) {
     std::vector<float> scale(static_cast<std::size_t>(cols));
     for (auto& s : scale) s = scale_of(gen);
     const sc::Int8Factor factor(q.data(), rows, cols, 1, rows, scale.data());  // q(i, j) at i + j·rows
-    const sc::detail::Int8DeviceLayout layout = sc::detail::int8_device_layout(factor);
-    ASSERT_EQ(layout.k_pad, sc::detail::int8_device_extent(rows));
-    ASSERT_EQ(layout.n_pad, sc::detail::int8_device_extent(cols));
-    ASSERT_EQ(layout.values.size(), static_cast<std::size_t>(layout.k_pad * layout.n_pad));
+    const sc::QuantizedFactor::Storage& layout = factor.storage();
+    ASSERT_EQ(layout.k_pad, sc::detail::quantized_extent(rows));
+    ASSERT_EQ(layout.n_pad, sc::detail::quantized_extent(cols));
+    ASSERT_EQ(layout.codes.size(), static_cast<std::size_t>(layout.k_pad * layout.n_pad));
     ASSERT_EQ(layout.scales.size(), static_cast<std::size_t>(layout.n_pad));
     for (std::int64_t j = 0; j < layout.n_pad; ++j) {
       for (std::int64_t i = 0; i < layout.k_pad; ++i) {
         const std::int8_t expected = (i < rows && j < cols) ? q[static_cast<std::size_t>(i + j * rows)] : 0;
-        ASSERT_EQ(layout.values[static_cast<std::size_t>(j * layout.k_pad + i)], expected)
+        ASSERT_EQ(static_cast<std::int8_t>(layout.codes[static_cast<std::size_t>(j * layout.k_pad + i)]), expected)
             << rows << "×" << cols << " at (" << i << ", " << j << ")";
       }
       EXPECT_EQ(layout.scales[static_cast<std::size_t>(j)], j < cols ? scale[static_cast<std::size_t>(j)] : 0.0f);
@@ -61,13 +61,15 @@ TEST(Int8DeviceLayout, EachDeviceCopyIsMadeOnceAndKeptByTheFactor) {
     ++made;
     return std::shared_ptr<const void>(std::make_shared<int>(made));
   };
-  sc::detail::DeviceCopies& copies = sc::detail::int8_device_copies(factor);
+  sc::detail::DeviceCopies& copies = factor.storage().copies;
   const auto first = copies.get_or_make(0, make);
   EXPECT_EQ(copies.get_or_make(0, make), first);
   const auto second = copies.get_or_make(1, make);
   EXPECT_NE(second, first);
   EXPECT_EQ(made, 2);
-  EXPECT_EQ(&sc::detail::int8_device_copies(factor), &copies);
+  EXPECT_EQ(&factor.storage().copies, &copies);
+  // The CPU's packing is the host copy, made at construction: asking again gives the same one.
+  EXPECT_EQ(&factor.packed(), &factor.packed());
 }
 
 }  // namespace

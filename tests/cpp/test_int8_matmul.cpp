@@ -123,7 +123,9 @@ TEST(Int8Matmul, FactorRoundTripsAndCountsItsBytes) {
   const sc::Int8Factor packed = pack(f);
   EXPECT_EQ(packed.rows(), 10);
   EXPECT_EQ(packed.cols(), 70);
-  EXPECT_EQ(packed.nbytes(), 2 * 3 * 256 + 2 * 128 * 4);  // 2 panels × 3 row groups, scales, column sums
+  // The stored codes and scales (16 × 80 padded), then the CPU's packing: 2 panels × 3 row groups,
+  // scales, column sums.
+  EXPECT_EQ(packed.nbytes(), 16 * 80 + 80 * 4 + 2 * 3 * 256 + 2 * 128 * 4);
   std::vector<std::int8_t> back(f.q.size());
   packed.unpack(back.data());
   EXPECT_EQ(back, f.q);

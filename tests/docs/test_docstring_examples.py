@@ -15,6 +15,7 @@ MODULES = [
     "sketchcore._cuda",
     "sketchcore._ops",
     "sketchcore._int8",
+    "sketchcore._quantized",
     "sketchcore._performer",
     "sketchcore._runtime",
     "sketchcore._framework_gemm",

@@ -6,6 +6,7 @@
 // pool.
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "cpu/cpu_ops.hpp"
 #include "cpu/half.hpp"
@@ -82,8 +83,18 @@ class CpuBackend final : public Backend {
                                     const PerformerGradients& g) const override {
     cpu_performer_attention_backward(p, grad_out, g);
   }
-  void int8_sketched_matmul(const Int8MatmulProblem& p) const override { cpu_int8_sketched_matmul(p); }
-  void int8_matmul(const Int8DenseProblem& p) const override { cpu_int8_matmul(p); }
+  // The CPU's kernels per quantized format: int8 only (the core refuses the others before here).
+  void quantized_sketched_matmul(const QuantizedMatmulProblem& p) const override {
+    if (p.S.format() != QuantFormat::int8) no_cpu_kernels(p.S.format());
+    cpu_int8_sketched_matmul(p);
+  }
+  void quantized_matmul(const QuantizedDenseProblem& p) const override {
+    if (p.W.format() != QuantFormat::int8) no_cpu_kernels(p.W.format());
+    cpu_int8_matmul(p);
+  }
+  [[noreturn]] static void no_cpu_kernels(QuantFormat format) {
+    throw device_error(std::string("the CPU backend has no ") + quant_format_info(format).name + " kernels");
+  }
   bool supports(DType) const noexcept override { return true; }  // 16-bit types through float32
   int device_count() const noexcept override { return 1; }
   int runtime_version() const noexcept override { return 0; }

@@ -31,7 +31,7 @@ void cpu_performer_attention(const PerformerProblem& problem);
 void cpu_performer_attention_backward(const PerformerProblem& problem, const TensorView& grad_out,
                                       const PerformerGradients& grads);
 /// The int8 sketched GEMM and the full-rank int8 GEMM (int8_matmul_cpu.cpp).
-void cpu_int8_sketched_matmul(const Int8MatmulProblem& problem);
-void cpu_int8_matmul(const Int8DenseProblem& problem);
+void cpu_int8_sketched_matmul(const QuantizedMatmulProblem& problem);
+void cpu_int8_matmul(const QuantizedDenseProblem& problem);
 
 }  // namespace sketchcore::detail

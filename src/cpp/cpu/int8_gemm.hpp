@@ -16,14 +16,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
-#include "detail/int8_device.hpp"
 #include "sketchcore/epilogue.hpp"
+#include "detail/quantized_storage.hpp"
 #include "sketchcore/int8_matmul.hpp"
 
 namespace sketchcore {
 
-/// The packed form of an Int8Factor (layout above).
+/// The packed form of an Int8Factor (layout above), made by pack_int8_factor and kept by the
+/// factor's storage as its host copy (detail/quantized_storage.hpp).
 struct Int8Factor::Packed {
   std::int64_t rows = 0, cols = 0;
   std::int64_t groups = 0;  ///< ⌈rows/4⌉ four-row groups
@@ -33,7 +35,11 @@ struct Int8Factor::Packed {
   std::int32_t* column_offsets = nullptr; ///< panels · 64 values of 128 · Σ_i q[i][j]
   void* storage = nullptr;                ///< the one allocation holding the three
   std::int64_t storage_bytes = 0;
-  mutable detail::DeviceCopies device_copies;  ///< the factor on devices (detail/int8_device.hpp), made on first use
+
+  Packed() = default;
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+  ~Packed();  ///< frees the allocation
 };
 
 namespace detail {
@@ -125,6 +131,15 @@ void quantize_rows_int8(const float* x, const std::int64_t* row_offsets, std::in
 
 /// C (rows × b.cols, row stride ldc) = act(deq(a · b) + bias) with the family `isa`, tiled
 /// over the workers; `bias` contiguous (b.cols values) or null.
+/// Throws std::invalid_argument (naming `op`) when SKETCHCORE_INT8_ISA names no family (int8_matmul.cpp).
+void check_int8_isa_environment(const char* op);
+
+/// The CPU's packing of the int8 codes stored in `storage` (cpu/int8_pack.cpp).
+std::shared_ptr<const Int8Factor::Packed> pack_int8_factor(const QuantizedFactor::Storage& storage);
+
+/// The packing of the int8 factor `factor`, made on first use and kept by it (cpu/int8_pack.cpp).
+const Int8Factor::Packed& int8_packing(const QuantizedFactor& factor);
+
 void int8_gemm(const Int8Rows& a, std::int64_t rows, const Int8Factor::Packed& b, float* c, std::int64_t ldc,
                const float* bias, Activation act, Int8Isa isa);
 

@@ -71,13 +71,13 @@ struct QuantizedX {
 
 }  // namespace
 
-void cpu_int8_sketched_matmul(const Int8MatmulProblem& p) {
+void cpu_int8_sketched_matmul(const QuantizedMatmulProblem& p) {
   if (p.rows == 0 || p.d_out == 0) return;
   auto* out = static_cast<float*>(p.out.data());
   const Int8Isa isa = active_int8_isa();
   const bool offset = int8_isa_offsets_activations(isa);
-  const Int8Factor::Packed& S = p.S.packed();
-  const Int8Factor::Packed& U = p.U.packed();
+  const Int8Factor::Packed& S = int8_packing(p.S);
+  const Int8Factor::Packed& U = int8_packing(p.U);
   std::vector<float> bias_copy;
   const float* bias = bias_for_kernels(p.epilogue, p.d_out, bias_copy);
 
@@ -98,10 +98,10 @@ void cpu_int8_sketched_matmul(const Int8MatmulProblem& p) {
             p.epilogue.activation, isa);
 }
 
-void cpu_int8_matmul(const Int8DenseProblem& p) {
+void cpu_int8_matmul(const QuantizedDenseProblem& p) {
   if (p.rows == 0 || p.d_out == 0) return;
   const Int8Isa isa = active_int8_isa();
-  const Int8Factor::Packed& W = p.W.packed();
+  const Int8Factor::Packed& W = int8_packing(p.W);
   std::vector<float> bias_copy;
   const float* bias = bias_for_kernels(p.epilogue, p.d_out, bias_copy);
   // x → int8 rows with the epilogue's scale folded in; out = act(deq(xq · W) + bias): one GEMM.

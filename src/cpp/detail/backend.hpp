@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
+#include "detail/quantized_storage.hpp"
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/errors.hpp"
-#include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"
 #include "sketchcore/sketch.hpp"
@@ -59,32 +59,6 @@ struct PerformerProblem {
   std::int64_t batch, heads, queries, keys, dim, value_dim, num_features;  // B, H, L, S, d, e, m
 };
 
-/// A validated int8_sketched_matmul problem: x (..., d_in) float32, S (d_in × rank) and U
-/// (rank × d_out) packed int8 factors, `out` (..., d_out) float32 with unit column stride and
-/// collapsing rows (row stride out_row_stride), no overlap; the bias (if any) float32 (d_out).
-struct Int8MatmulProblem {
-  const TensorView& x;
-  const Int8Factor& S;
-  const Int8Factor& U;
-  const TensorView& out;
-  const Epilogue& epilogue;
-  std::int64_t rows, d_in, rank, d_out;
-  std::int64_t out_row_stride;
-};
-
-/// A validated int8_matmul problem: x (..., d_in) float32, W (d_in × d_out) a packed int8
-/// factor, `out` (..., d_out) float32 with unit column stride and collapsing rows (row stride
-/// out_row_stride), no overlap; the bias (if any) float32 (d_out); epilogue.inner_activation none.
-struct Int8DenseProblem {
-  const TensorView& x;
-  const Int8Factor& W;
-  const TensorView& out;
-  const Epilogue& epilogue;
-  std::int64_t rows, d_in, d_out;
-  std::int64_t out_row_stride;
-};
-
-struct Fp8MatmulProblem;  // detail/fp8_device.hpp
 
 /// One kind of device's implementation of the operations and of its memory pool.
 class Backend {
@@ -105,15 +79,11 @@ class Backend {
   /// The requested gradients of a validated problem, given dL/dout.
   virtual void performer_attention_backward(const PerformerProblem& problem, const TensorView& grad_out,
                                             const PerformerGradients& grads) const = 0;
-  /// Computes a validated int8_sketched_matmul problem into problem.out.
-  virtual void int8_sketched_matmul(const Int8MatmulProblem& problem) const = 0;
-  /// Computes a validated int8_matmul problem (one int8 GEMM on the full-rank W) into problem.out.
-  virtual void int8_matmul(const Int8DenseProblem& problem) const = 0;
-  /// Computes a validated fp8_sketched_matmul problem into problem.out; only the CUDA backend
-  /// has fp8 kernels (the core refuses other devices before it gets here).
-  virtual void fp8_sketched_matmul(const Fp8MatmulProblem& /*problem*/) const {
-    throw device_error("fp8_sketched_matmul: this backend has no fp8 kernels");
-  }
+  /// Computes a validated quantized_sketched_matmul problem into problem.out with the kernels of
+  /// the factors' format (the core refuses a device whose backend has none, quantized.hpp).
+  virtual void quantized_sketched_matmul(const QuantizedMatmulProblem& problem) const = 0;
+  /// Computes a validated quantized_matmul problem (one GEMM on the full-rank W) into problem.out.
+  virtual void quantized_matmul(const QuantizedDenseProblem& problem) const = 0;
   /// Whether `dtype` can be computed on this kind of device.
   virtual bool supports(DType dtype) const noexcept = 0;
   /// Number of devices of this kind that can be used (the CPU: 1).

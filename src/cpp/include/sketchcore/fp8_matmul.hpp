@@ -9,11 +9,11 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/export.hpp"
+#include "sketchcore/quantized.hpp"
 #include "sketchcore/tensor.hpp"
 
 namespace sketchcore {
@@ -32,11 +32,11 @@ SKETCHCORE_API std::uint8_t float_to_e4m3(float value) noexcept;
 SKETCHCORE_API float e4m3_to_float(std::uint8_t code) noexcept;
 
 /// A k × n matrix of e4m3 codes c[i][j] with one float32 scale per column: its value is
-/// e4m3_to_float(c[i][j]) · scale[j]. Stored at construction in the layout cuBLASLt's fp8 GEMM
-/// reads (columns contiguous, extents padded with zeros to multiples of 16), copied to a device
-/// on its first call there and kept until the factor dies; immutable, so one factor may be used
-/// by concurrent calls.
-class SKETCHCORE_API Fp8Factor {
+/// e4m3_to_float(c[i][j]) · scale[j]. The QuantizedFactor of format fp8_e4m3 (quantized.hpp):
+/// stored at construction in the layout cuBLASLt's fp8 GEMM reads (columns contiguous, extents
+/// padded with zeros to multiples of 16), copied to a device on its first call there and kept
+/// until the factor dies; immutable, so one factor may be used by concurrent calls.
+class SKETCHCORE_API Fp8Factor : public QuantizedFactor {
  public:
   /// Copies the rows × cols codes at `codes` (element (i, j) at codes[i·row_stride +
   /// j·col_stride], strides in elements, any sign) with the column scales `scale` (contiguous,
@@ -46,34 +46,11 @@ class SKETCHCORE_API Fp8Factor {
   ///                              not finite; messages name the argument, the expected and the
   ///                              actual value
   Fp8Factor(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
-            std::int64_t col_stride, const float* scale);
-  ~Fp8Factor();                                      ///< frees the codes and the device copies
-  Fp8Factor(Fp8Factor&&) noexcept;                   ///< takes over the storage
-  Fp8Factor& operator=(Fp8Factor&&) noexcept;        ///< takes over the storage
-  Fp8Factor(const Fp8Factor&) = delete;              ///< not copyable (it owns device copies)
-  Fp8Factor& operator=(const Fp8Factor&) = delete;   ///< not copyable
+            std::int64_t col_stride, const float* scale)
+      : QuantizedFactor(QuantFormat::fp8_e4m3, codes, rows, cols, row_stride, col_stride, scale) {}
 
-  /// Whether the factor holds values: false only after it was moved from (every call given
-  /// such a factor throws std::invalid_argument naming it; rows() and cols() are then 0).
-  bool valid() const noexcept;
-  /// Rows k (the inner dimension of the product it takes part in).
-  std::int64_t rows() const noexcept;
-  /// Columns n.
-  std::int64_t cols() const noexcept;
-  /// Bytes held on the host: the padded codes and the padded column scales.
-  std::int64_t nbytes() const noexcept;
-  /// Writes the codes back, row-major, into `codes` (rows·cols values).
-  void unpack(std::uint8_t* codes) const noexcept;
-  /// The column scales (cols values).
-  const float* scales() const noexcept;
-
-  /// The stored layout and device copies, for the CUDA backend (detail/fp8_device.hpp).
-  struct Storage;
-  /// The storage.
-  const Storage& storage() const noexcept;
-
- private:
-  std::unique_ptr<Storage> storage_;
+  /// Writes the codes back, row-major, into `codes` (rows·cols values); nothing when moved from.
+  void unpack(std::uint8_t* codes) const noexcept { unpack_codes(codes); }
 };
 
 /// Checks the operands of fp8_sketched_matmul and returns the shape of its result,

@@ -5,59 +5,40 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "sketchcore/epilogue.hpp"
 #include "sketchcore/export.hpp"
+#include "sketchcore/quantized.hpp"
 #include "sketchcore/tensor.hpp"
 
 namespace sketchcore {
 
-/// A k × n matrix of int8 values q[i][j] in [−127, 127] with one float32 scale per column:
-/// its value is q[i][j] · scale[j]. Packed once, at construction, into the layout of the CPU
-/// int8 kernels (panels of 64 columns, four consecutive rows of a column in 4 bytes), with the
-/// column sums the kernels' unsigned-activation trick needs; the object owns that memory and
-/// is immutable, so one factor may be used by concurrent calls.
-class SKETCHCORE_API Int8Factor {
+/// A k × n matrix of int8 values q[i][j] in [−127, 127] with one float32 scale per column: its
+/// value is q[i][j] · scale[j]. The QuantizedFactor of format int8 (quantized.hpp): the codes are
+/// stored as that class describes, and packed once, at construction, into the layout of the CPU
+/// int8 kernels (panels of 64 columns, four consecutive rows of a column in 4 bytes, with the
+/// column sums the kernels' unsigned-activation trick needs; cpu/int8_gemm.hpp), which the
+/// factor keeps. Immutable, so one factor may be used by concurrent calls.
+class SKETCHCORE_API Int8Factor : public QuantizedFactor {
  public:
-  /// Packs the rows × cols matrix at `q` (element (i, j) at q[i·row_stride + j·col_stride],
+  /// Stores and packs the rows × cols matrix at `q` (element (i, j) at q[i·row_stride + j·col_stride],
   /// strides in elements, any sign) with the column scales `scale` (contiguous, cols values).
-  /// @throws shape_error          for negative extents
+  /// @throws shape_error          for negative extents or more than 65,536 rows
   /// @throws std::invalid_argument for a q value of −128 (the range is symmetric) or a scale
   ///                              that is negative or not finite; messages name the argument,
   ///                              the expected and the actual value
   Int8Factor(const std::int8_t* q, std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
              std::int64_t col_stride, const float* scale);
-  ~Int8Factor();                                        ///< frees the packed memory
-  Int8Factor(Int8Factor&&) noexcept;                    ///< takes over the packed memory
-  Int8Factor& operator=(Int8Factor&&) noexcept;         ///< takes over the packed memory
-  Int8Factor(const Int8Factor&) = delete;               ///< not copyable (it owns the packing)
-  Int8Factor& operator=(const Int8Factor&) = delete;    ///< not copyable
 
-  /// Whether the factor holds values: false only after it was moved from (every call given
-  /// such a factor throws std::invalid_argument naming it; rows() and cols() are then 0).
-  bool valid() const noexcept;
-  /// Rows k (the inner dimension of the product it takes part in).
-  std::int64_t rows() const noexcept;
-  /// Columns n.
-  std::int64_t cols() const noexcept;
-  /// Bytes held: the packed values (padded to whole panels and 4-row groups), the column
-  /// scales and the column sums.
-  std::int64_t nbytes() const noexcept;
-  /// Writes the int8 values back, row-major, into `q` (rows·cols values).
+  /// Writes the int8 values back, row-major, into `q` (rows·cols values); nothing when moved from.
   void unpack(std::int8_t* q) const noexcept;
-  /// The column scales (cols values).
-  const float* scales() const noexcept;
 
-  /// The packed layout, for the kernels (see cpu/int8_gemm.hpp).
+  /// The CPU's packed layout, for its kernels (cpu/int8_gemm.hpp).
   struct Packed;
-  /// The packing.
-  const Packed& packed() const noexcept;
-
- private:
-  std::unique_ptr<Packed> packed_;
+  /// The packing (only for a valid factor).
+  const Packed& packed() const;
 };
 
 /// Checks the operands of int8_sketched_matmul and returns the shape of its result,

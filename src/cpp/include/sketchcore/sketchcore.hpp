@@ -11,6 +11,7 @@
 #include "sketchcore/int8_matmul.hpp"
 #include "sketchcore/memory.hpp"
 #include "sketchcore/performer.hpp"
+#include "sketchcore/quantized.hpp"
 #include "sketchcore/runtime.hpp"
 #include "sketchcore/sketch.hpp"
 #include "sketchcore/sketched_matmul.hpp"
