@@ -48,6 +48,9 @@ html_math_renderer = "mathml"
 
 html_theme = "furo"
 html_title = f"sketchcore {release}"
+# Wide tables scroll in their own box at any window width (tests/docs/test_docs_tables.py checks it).
+html_static_path = ["_static"]
+html_css_files = ["tables.css"]
 
 # --- Python API (autodoc + napoleon) -------------------------------------------------------
 napoleon_google_docstring = False
