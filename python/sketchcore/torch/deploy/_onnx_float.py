@@ -32,6 +32,8 @@ import onnx_ir as ir
 import torch
 from onnxscript.onnx_opset import opset18 as op
 
+from sketchcore.torch._common import ACTIVATIONS
+
 _GELU_TANH = math.sqrt(2.0 / math.pi)
 
 
@@ -59,8 +61,7 @@ def activation(z: Any, name: str) -> Any:
         return op.Mul(op.Mul(z, _const(0.5, z)), op.Add(inner, _const(1.0, z)))
     if name == "silu":
         return op.Mul(z, op.Sigmoid(z))
-    raise ValueError(f"sketchcore ONNX export: activation: expected one of ('none', 'relu', 'gelu', 'gelu_tanh', "
-                     f"'silu'), got {name!r}")
+    raise ValueError(f"sketchcore ONNX export: activation: expected one of {ACTIVATIONS}, got {name!r}")
 
 
 def _rank(value: Any, name: str) -> int:

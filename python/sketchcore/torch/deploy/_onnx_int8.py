@@ -28,36 +28,19 @@ onnxscript's opset 18): the activation names are Python strings, so each call em
 activation's nodes."""
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 import torch
 from onnxscript import opset18
 
 
+from sketchcore.torch.deploy._onnx_float import activation as _activation
 from sketchcore.torch.ops import _quantized_ops  # noqa: F401 - registers the operators
 
 __all__ = ["TRANSLATIONS"]
 
 _UINT8, _FLOAT = 2, 1  # onnx.TensorProto.UINT8, FLOAT
 op: Any = opset18  # traced with Python constants, which onnxscript's typed signatures do not list
-
-
-def _activation(y: Any, name: str) -> Any:
-    """The activation ``name`` (sketchcore's names: "gelu" the erf form) as ONNX nodes."""
-    if name == "none":
-        return y
-    if name == "relu":
-        return op.Relu(y)
-    if name == "silu":
-        return op.Mul(y, op.Sigmoid(y))
-    if name == "gelu":
-        return op.Mul(op.Mul(y, 0.5), op.Add(op.Erf(op.Mul(y, 1.0 / math.sqrt(2.0))), 1.0))
-    if name == "gelu_tanh":
-        inner = op.Mul(op.Add(y, op.Mul(op.Mul(op.Mul(y, y), y), 0.044715)), math.sqrt(2.0 / math.pi))
-        return op.Mul(op.Mul(y, 0.5), op.Add(op.Tanh(inner), 1.0))
-    raise ValueError(f"sketchcore ONNX export: activation: expected one of ('none', 'relu', 'gelu', 'gelu_tanh', "
-                     f"'silu'), got {name!r}")
 
 
 def _offset(codes: Any) -> Any:
