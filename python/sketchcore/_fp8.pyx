@@ -107,14 +107,13 @@ def quantize_e4m3(w):
     Returns
     -------
     tuple of numpy.ndarray
-        ``(codes, scale)``: uint8 (k, n) and float32 (n,), ready for :class:`Fp8Factor`.
+        ``(codes, scale)``: the e4m3 codes (uint8, shape (k, n)) and the float32 column scales
+        (shape (n,)), the arguments of :class:`Fp8Factor`.
 
     Raises
     ------
-    TypeError
-        ``w`` not an array of a real floating dtype.
-    ValueError
-        ``w`` not 2-D, or with a non-finite value.
+    TypeError, ValueError
+        As :func:`sketchcore.quantize_int8` (the same checks of ``w``).
 
     Examples
     --------

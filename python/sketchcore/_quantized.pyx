@@ -418,20 +418,14 @@ def fp8_sketched_matmul(x, S, U, *, bias=None, activation="none", inner_activati
         A CUDA array (torch CUDA tensor, CuPy; ``bias`` and ``out`` on the same device); the call
         runs on the framework's current stream, the factors copied to the device on their first
         call there.
-    S : Fp8Factor, shape (d_in, r)
-    U : Fp8Factor, shape (r, d_out)
-    bias : array of float32, shape (d_out,), optional
-    activation, inner_activation : {"none", "relu", "gelu", "gelu_tanh", "silu"}, optional
-        The output activation and σ; ``None`` means ``"none"``.
-    out : array of float32, shape (..., d_out), optional
-        Written in place and returned: writable, unit last stride, leading dimensions that
-        collapse, no overlap with ``x`` or ``bias``.
+    S, U : Fp8Factor, shapes (d_in, r) and (r, d_out)
+    bias, activation, inner_activation, out
+        As for :func:`int8_sketched_matmul`.
 
     Returns
     -------
     array
-        ``out`` if given, else a new float32 array of ``x``'s framework, shape
-        ``x.shape[:-1] + (d_out,)``.
+        ``out`` if given, else a new float32 array of ``x``'s framework (``x.shape[:-1] + (d_out,)``).
 
     Raises
     ------

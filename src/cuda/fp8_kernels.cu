@@ -1,133 +1,51 @@
-// The fp8 path's own kernels (fp8_kernels.cuh). UNVERIFIED on a GPU (see the header).
+// The fp8 (e4m3) format's row kernels (fp8_kernels.cuh): its Codec for the kernels written once in
+// quantized_rows.cuh. UNVERIFIED on a GPU (see the header).
 #include "fp8_kernels.cuh"
 
 #include <cuda_fp8.h>
 
-#include <algorithm>
-#include <cfloat>
-
-#include "cuda_common.cuh"
-#include "detail/activations.hpp"
-#include "launch.cuh"
-#include "row_reduce.cuh"
+#include "quantized_rows.cuh"
 
 namespace sketchcore::cuda {
 
 namespace {
 
-constexpr float kE4m3Max = 448.0f;  // fp8_matmul.hpp's kE4m3Max
-
-/// The e4m3 code of v · inverse: round to nearest even, saturating to ±448 (the host's float_to_e4m3).
-__device__ __forceinline__ std::uint8_t quantize(float v, float inverse) {
-  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(v * inverse, __NV_SATFINITE, __NV_E4M3));
-}
-
-/// Writes row `dst` (ld codes) from `src(j)` for j < cols, given the row's maximum; returns its scale.
-template <class Source>
-__device__ float write_quantized_row(const RowMax& m, Source src, std::int64_t cols, std::uint8_t* dst,
-                                     std::int64_t ld) {
-  const bool zero = !m.finite || m.max_abs == 0.0f;
-  // Below 2^-64 the values and the maximum are scaled by 2^64 first (exactly), as on the CPU:
-  // kE4m3Max / max overflows for the smallest maxima, and 0 · inf is NaN.
-  const float boost = tiny_row_boost(m.max_abs);
-  const float inverse = zero ? 0.0f : kE4m3Max / (m.max_abs * boost);
-  for (std::int64_t j = threadIdx.x; j < ld; j += blockDim.x) {
-    dst[j] = (zero || j >= cols) ? std::uint8_t{0} : quantize(src(j) * boost, inverse);
+/// e4m3 codes, float32 sums (z overwrites them in place).
+struct Fp8Codec {
+  using Code = std::uint8_t;
+  using Sum = float;
+  static constexpr float kMax = 448.0f;  // fp8_matmul.hpp's kE4m3Max
+  static constexpr const char* kQuantizeName = "quantize_rows_kernel (fp8)";
+  static constexpr const char* kRequantizeName = "requantize_rows_kernel (fp8)";
+  static constexpr const char* kDequantizeName = "dequantize_rows_kernel (fp8)";
+  /// The e4m3 code of v · inverse: round to nearest even, saturating to ±448 (the host's float_to_e4m3).
+  __device__ static Code encode(float v, float inverse) {
+    return static_cast<Code>(__nv_cvt_float_to_fp8(v * inverse, __NV_SATFINITE, __NV_E4M3));
   }
-  return m.finite ? m.max_abs / kE4m3Max : __int_as_float(0x7fc00000);  // NaN for a non-finite row
-}
-
-__global__ void quantize_rows_kernel(const float* x, RowLayout layout, std::int64_t rows, std::int64_t cols,
-                                     std::uint8_t* dst, std::int64_t ld, float* scale) {
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* row = x + row_offset(layout, r);
-    float max_abs = 0.0f;
-    bool finite = true;
-    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float v = row[j * layout.col_stride];
-      max_abs = fmaxf(max_abs, fabsf(v));
-      finite = finite && is_finite(v);
-    }
-    const RowMax m = block_row_max(max_abs, finite);
-    const float s = write_quantized_row(m, [&](std::int64_t j) { return row[j * layout.col_stride]; }, cols,
-                                        dst + r * ld, ld);
-    if (threadIdx.x == 0) scale[r] = s;
-  }
-}
-
-template <class Act>
-__global__ void requantize_rows_kernel(float* acc, std::int64_t ld_acc, const float* row_scale,
-                                       const float* col_scale, std::int64_t rows, std::int64_t cols, Act sigma,
-                                       float scale_factor, std::uint8_t* dst, std::int64_t ld_dst, float* dst_scale) {
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    // The row's z replaces its sums: each thread rewrites, then rereads, its own columns.
-    float* sums = acc + r * ld_acc;
-    const float rs = row_scale[r];
-    float max_abs = 0.0f;
-    bool finite = true;
-    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float v = sigma(sums[j] * (rs * col_scale[j]));
-      sums[j] = v;
-      max_abs = fmaxf(max_abs, fabsf(v));
-      finite = finite && is_finite(v);
-    }
-    const RowMax m = block_row_max(max_abs, finite);
-    const float s = write_quantized_row(m, [&](std::int64_t j) { return sums[j]; }, cols, dst + r * ld_dst, ld_dst);
-    if (threadIdx.x == 0) dst_scale[r] = s * scale_factor;
-  }
-}
-
-template <class Act>
-__global__ void dequantize_rows_kernel(const float* acc, std::int64_t ld_acc, const float* row_scale,
-                                       const float* col_scale, std::int64_t rows, std::int64_t cols,
-                                       const float* bias, std::int64_t bias_stride, Act act, float* out,
-                                       std::int64_t ld_out) {
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* sums = acc + r * ld_acc;
-    float* row = out + r * ld_out;
-    const float rs = row_scale[r];
-    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      float v = sums[j] * (rs * col_scale[j]);
-      if (bias) v += bias[j * bias_stride];
-      row[j] = act(v);
-    }
-  }
-}
-
-/// One block per row, at most 2^16 blocks (the kernels stride over the rest).
-unsigned row_blocks(std::int64_t rows) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(rows, 1, std::int64_t{1} << 16));
-}
+  __device__ static float value(Sum sum) { return sum; }
+  __device__ static Sum store(float z) { return z; }
+  __device__ static float load(Sum slot) { return slot; }
+};
 
 }  // namespace
 
 void quantize_rows_fp8(const float* x, const RowLayout& layout, std::int64_t rows, std::int64_t cols,
                        std::uint8_t* dst, std::int64_t ld, float* scale, cudaStream_t stream) {
-  if (rows == 0) return;
-  quantize_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, layout, rows, cols, dst, ld, scale);
-  check(cudaGetLastError(), "quantize_rows_kernel (fp8)");
+  quantized_rows::quantize<Fp8Codec>(x, layout, rows, cols, dst, ld, scale, stream, 1.0f);
 }
 
 void requantize_rows_fp8(float* acc, std::int64_t ld_acc, const float* row_scale, const float* col_scale,
                          std::int64_t rows, std::int64_t cols, Activation sigma, float scale_factor, std::uint8_t* dst,
                          std::int64_t ld_dst, float* dst_scale, cudaStream_t stream) {
-  if (rows == 0) return;
-  detail::visit_activation(sigma, [&](auto act, auto) {
-    requantize_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(acc, ld_acc, row_scale, col_scale, rows, cols,
-                                                                      act, scale_factor, dst, ld_dst, dst_scale);
-  });
-  check(cudaGetLastError(), "requantize_rows_kernel (fp8)");
+  quantized_rows::requantize<Fp8Codec>(acc, ld_acc, row_scale, col_scale, rows, cols, sigma, scale_factor, dst,
+                                       ld_dst, dst_scale, stream);
 }
 
 void dequantize_rows_fp8(const float* acc, std::int64_t ld_acc, const float* row_scale, const float* col_scale,
                          std::int64_t rows, std::int64_t cols, const float* bias, std::int64_t bias_stride,
                          Activation act, float* out, std::int64_t ld_out, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  detail::visit_activation(act, [&](auto f, auto) {
-    dequantize_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(acc, ld_acc, row_scale, col_scale, rows, cols,
-                                                                      bias, bias_stride, f, out, ld_out);
-  });
-  check(cudaGetLastError(), "dequantize_rows_kernel (fp8)");
+  quantized_rows::dequantize<Fp8Codec>(acc, ld_acc, row_scale, col_scale, rows, cols, bias, bias_stride, act, out,
+                                       ld_out, stream);
 }
 
 }  // namespace sketchcore::cuda
