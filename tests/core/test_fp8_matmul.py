@@ -63,3 +63,34 @@ def test_cuda_x_meets_the_gate_or_the_missing_backend(factors):
         with pytest.raises(RuntimeError, match=r"fp8_sketched_matmul on a CUDA device: this runs the gated path "
                                                r"'cuda_fp8_factors'.*SKETCHCORE_CUDA_UNVERIFIED=1"):
             sketchcore.fp8_sketched_matmul(x, S, U, out=out)
+
+
+def test_both_formats_are_one_factor_type_with_one_activation_table():
+    """Int8Factor and Fp8Factor are the one quantized factor of sketchcore._quantized with the format
+    fixed; _int8 and _fp8 re-export the same objects; every binding reads one activation table."""
+    from sketchcore import _epilogue, _fastcall, _fp8, _int8, _quantized
+
+    assert _int8.Int8Factor is _quantized.Int8Factor is sketchcore.Int8Factor
+    assert _fp8.Fp8Factor is _quantized.Fp8Factor is sketchcore.Fp8Factor
+    assert _int8.int8_sketched_matmul is _quantized.int8_sketched_matmul
+    assert _fp8.fp8_sketched_matmul is _quantized.fp8_sketched_matmul
+    assert _fastcall.ACTIVATION_CODES is _epilogue.ACTIVATION_CODES
+    q = np.array([[1, -127], [0, 5], [127, 3]], np.int8)
+    codes = np.array([[0x38, 0xB8], [0, 1], [0x7E, 0x40]], np.uint8)
+    scale = np.array([0.5, 2.0], np.float32)
+    i8, f8 = sketchcore.Int8Factor(q, scale), sketchcore.Fp8Factor(codes, scale)
+    for f in (i8, f8):
+        assert isinstance(f, _quantized.QuantizedFactor) and f.shape == (3, 2)
+        np.testing.assert_array_equal(f.scale, scale)
+    np.testing.assert_array_equal(i8.q, q)
+    np.testing.assert_array_equal(f8.codes, codes)
+    assert f8.nbytes == 16 * 16 + 16 * 4  # codes and scales, padded to 16
+    assert i8.nbytes > f8.nbytes  # plus the CPU's int8 packing
+    # The factor types are not interchangeable: each product names the type it needs.
+    x = np.ones((1, 3), np.float32)
+    with pytest.raises(TypeError, match="int8_sketched_matmul: S: expected an Int8Factor, got Fp8Factor"):
+        sketchcore.int8_sketched_matmul(x, f8, f8)
+    with pytest.raises(TypeError, match="int8_matmul: W: expected an Int8Factor, got Fp8Factor"):
+        sketchcore.int8_matmul(x, f8)
+    with pytest.raises(ValueError, match=r"Fp8Factor: codes: expected finite e4m3 codes .*got 255 at index \(1, 0\)"):
+        sketchcore.Fp8Factor(np.array([[0], [0xFF]], np.uint8), np.ones(1, np.float32))
