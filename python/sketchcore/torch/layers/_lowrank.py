@@ -10,9 +10,9 @@ import torch
 from torch import Tensor, nn
 
 from sketchcore.torch.layers import _factors
-from sketchcore.torch.ops import _eager, _functorch, _memory_mode
+from sketchcore.torch.ops import _eager, _memory_mode
 from sketchcore.torch._common import ACTIVATIONS, keyword_hints, positive_int
-from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sketched_linear, takes_composite
+from sketchcore.torch.ops._functional import _dropout_seed, run_sketched_linear
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 
 
@@ -223,35 +223,22 @@ class LowRankLinear(SketchedLayer):
         return dense_copy(self, self.S)
 
     @torch.jit.unused
-    def _python_path(self, x: Tensor) -> Optional[Tensor]:
-        """The forward through the functional API: torch.func transforms and plain eager calls
-        (the eager fast path: no dispatcher, no torch._dynamo import on the first call); None
-        where the operator must be called (never compiled by TorchScript)."""
-        params = self._parameters  # not self.S: see SKLinear._python_path
+    def _run(self, x: Tensor) -> Tensor:
+        """The forward through the one road (ops/_functional.run_sketched_linear; never compiled by
+        TorchScript). The factors are read from the module's dictionary: see SKLinear._run."""
+        params = self._parameters
         S, U, bias = params["S"], params["U"], params["bias"]
         p = self.dropout if self.training else 0.0
-        if _eager.applies(x, S, U, bias):
-            y = _eager.sketched_linear(x, S, U, bias, self.activation, 1.0, p, _eager_seed(None, p),
-                                       self.inner_activation)
-            if p == 0 and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) and _memory_mode.active():
-                # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
-                _memory_mode.register(y, y.grad_fn, U, bias, self.activation, self.inner_activation)
-            return y
-        if not _functorch.transforms_active():
-            return None
-        return sketched_linear(x, S, U, bias, activation=self.activation, dropout_p=p,
-                               inner_activation=self.inner_activation)
+        y = run_sketched_linear(x, S, U, bias, self.activation, 1.0, p, None, self.inner_activation)
+        if p == 0 and _memory_mode.active() and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls):
+            # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
+            _memory_mode.register(y, y.grad_fn, U, bias, self.activation, self.inner_activation)
+        return y
 
     def forward(self, x: Tensor) -> Tensor:
         if not torch.jit.is_scripting():
-            if takes_composite(x, self.inner_activation):  # the CUDA inner activation is gated
-                return sketched_linear(x, self.S, self.U, self.bias, activation=self.activation,
-                                       dropout_p=self.dropout if self.training else 0.0,
-                                       inner_activation=self.inner_activation)
-            direct = self._python_path(x)
-            if direct is not None:
-                return direct
-        p = self.dropout if self.training else 0.0
+            return self._run(x)
+        p = self.dropout if self.training else 0.0  # TorchScript: the operator directly
         y, _ = torch.ops.sketchcore.sketched_linear(x, self.S, self.U, self.bias, self.activation, 1.0, p,
                                                     _dropout_seed(None, p), self.inner_activation)
         return y

@@ -10,9 +10,8 @@ from torch import Tensor, nn
 
 from sketchcore import _ranks
 from sketchcore.torch.layers import _factors
-from sketchcore.torch.ops import _eager, _functorch
 from sketchcore.torch._common import ACTIVATIONS, keyword_hints, positive_int
-from sketchcore.torch.ops._functional import _dropout_seed, _eager_seed, sklinear
+from sketchcore.torch.ops._functional import _dropout_seed, run_sklinear
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 from sketchcore.torch.ops._ops import _joined_in_place
 
@@ -225,27 +224,21 @@ class SKLinear(SketchedLayer):
         return result
 
     @torch.jit.unused
-    def _python_path(self, x: Tensor, p: float) -> Optional[Tensor]:
-        """The forward through the functional API (torch.func transforms, the eager fast path),
-        or None where the operator must be called (never compiled by TorchScript). The factors
-        are read from the module's dictionaries, once: reading a parameter as an attribute goes
-        through nn.Module.__getattr__ after a failed lookup that formats an AttributeError
-        (about 0.25 µs each, a tenth of a tiny layer's forward for five of them)."""
+    def _run(self, x: Tensor, p: float) -> Tensor:
+        """The forward through the one road (ops/_functional.run_sklinear; never compiled by
+        TorchScript). The factors are read from the module's dictionaries, once: reading a
+        parameter as an attribute goes through nn.Module.__getattr__ after a failed lookup that
+        formats an AttributeError (about 0.25 µs each, a tenth of a tiny layer's forward for five
+        of them)."""
         params, buffers = self._parameters, self._buffers
-        S1s, S2s, bias, U1s, U2s = params["S1s"], params["S2s"], params["bias"], buffers["U1s"], buffers["U2s"]
-        if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
-            return _eager.sklinear(x, S1s, S2s, U1s, U2s, bias, self.activation, float(p), _eager_seed(None, p))
-        if _functorch.transforms_active():
-            return sklinear(x, S1s, S2s, U1s, U2s, bias, activation=self.activation, dropout_p=p)
-        return None
+        return run_sklinear(x, params["S1s"], params["S2s"], buffers["U1s"], buffers["U2s"], params["bias"],
+                            self.activation, float(p), None)
 
     def forward(self, x: Tensor) -> Tensor:
-        # The operator directly (the factors are consistent by construction): scriptable by TorchScript.
         p = self.dropout if self.training else 0.0
         if not torch.jit.is_scripting():
-            direct = self._python_path(x, p)
-            if direct is not None:
-                return direct
+            return self._run(x, p)
+        # TorchScript: the operator directly (the factors are consistent by construction)
         y, _ = torch.ops.sketchcore.sklinear(x, self.S1s, self.S2s, self.U1s, self.U2s, self.bias, self.activation, p,
                                              _dropout_seed(None, p))
         return y

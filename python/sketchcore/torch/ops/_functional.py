@@ -1,5 +1,9 @@
 """Differentiable functions over the custom operators: ``sketched_linear`` and Panther's
-layer as ``sklinear``."""
+layer as ``sklinear``, and the one road from a call to the kernel that they and the layers take
+(``run_sketched_linear``, ``run_sklinear``: arguments already checked): the composite torch formula
+where a CUDA inner activation is gated, the eager fast path (``_eager``: no dispatcher), the
+``torch.func`` path under transforms, and otherwise the custom operator (``torch.compile``,
+``torch.export``, tracing, meta tensors, autocast regions the fast path does not take)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -97,14 +101,20 @@ def sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias
     if U2s.shape != S1s.shape or U1s.shape != S2s.shape:
         raise ValueError(f"sklinear: expected U2s shaped like S1s {tuple(S1s.shape)} and U1s like S2s "
                          f"{tuple(S2s.shape)}, got {tuple(U2s.shape)} and {tuple(U1s.shape)}")
+    return run_sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
+
+
+def run_sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, bias: Optional[Tensor],
+                 activation: str, dropout_p: float, seed: Optional[Tensor]) -> Tensor:
+    """:func:`sklinear` on checked arguments, through the road that fits the call (see the module)."""
+    if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
+        return _eager.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p, _eager_seed(seed, dropout_p))
     if _functorch.transforms_active():  # torch.func: the packed factors as one differentiable call
         return _functorch.SketchedLinearFunction.apply(x, torch.cat([S1s, U2s]), torch.cat([U1s, S2s]), bias,
-                                                       activation, 1.0 / (2 * S1s.shape[0]), float(dropout_p),
+                                                       activation, 1.0 / (2 * S1s.shape[0]), dropout_p,
                                                        _dropout_seed(seed, dropout_p))
-    if _eager.applies(x, S1s, S2s, U1s, U2s, bias):
-        return _eager.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), _eager_seed(seed, dropout_p))
-    seed = _dropout_seed(seed, dropout_p)
-    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, float(dropout_p), seed)
+    y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p,
+                                         _dropout_seed(seed, dropout_p))
     return y
 
 
@@ -167,17 +177,22 @@ def sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor] = No
     """
     checked_activation(activation, "sketched_linear")
     checked_activation(inner_activation, "sketched_linear", "inner_activation")
+    return run_sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed, inner_activation)
+
+
+def run_sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor], activation: str, scale: float,
+                        dropout_p: float, seed: Optional[Tensor], inner_activation: str) -> Tensor:
+    """:func:`sketched_linear` on checked arguments, through the road that fits the call (see the module)."""
     if takes_composite(x, inner_activation):
         from sketchcore.torch.ops._second_order import composite
-        return composite(x, S, U, bias, activation, float(scale), float(dropout_p), _dropout_seed(seed, dropout_p),
+        return composite(x, S, U, bias, activation, scale, dropout_p, _dropout_seed(seed, dropout_p),
                          inner_activation)
-    if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
-        return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                                       _dropout_seed(seed, dropout_p), inner_activation)
     if _eager.applies(x, S, U, bias):
-        return _eager.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p),
-                                      _eager_seed(seed, dropout_p), inner_activation)
-    seed = _dropout_seed(seed, dropout_p)
-    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, float(scale), float(dropout_p), seed,
-                                                inner_activation)
+        return _eager.sketched_linear(x, S, U, bias, activation, scale, dropout_p, _eager_seed(seed, dropout_p),
+                                      inner_activation)
+    if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
+        return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, scale, dropout_p,
+                                                       _dropout_seed(seed, dropout_p), inner_activation)
+    y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, scale, dropout_p,
+                                                _dropout_seed(seed, dropout_p), inner_activation)
     return y
