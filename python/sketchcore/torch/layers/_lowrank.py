@@ -230,7 +230,7 @@ class LowRankLinear(SketchedLayer):
         S, U, bias = params["S"], params["U"], params["bias"]
         p = self.dropout if self.training else 0.0
         y = run_sketched_linear(x, S, U, bias, self.activation, 1.0, p, None, self.inner_activation)
-        if p == 0 and _memory_mode.active() and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls):
+        if p == 0 and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) and _memory_mode.active():
             # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
             _memory_mode.register(y, y.grad_fn, U, bias, self.activation, self.inner_activation)
         return y
