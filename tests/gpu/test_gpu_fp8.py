@@ -1,4 +1,4 @@
-"""The fp8 (e4m3) sketched GEMM on the CUDA backend (src/cuda/fp8_cuda.cu, fp8_kernels.cu and the
+"""The fp8 (e4m3) sketched GEMM on the CUDA backend (src/cuda/quantized_cuda.cu, quantized_rows.cuh, fp8_kernels.cu and the
 fp8 GEMM of lt_gemm.cu): against a step-by-step quantized reference (the host's e4m3 encoding,
 float64 sums of the decoded codes) and a float64 reference of the dequantized factors, for every
 activation and σ, bias or none, odd sizes (padded to 16 on the device), empty and single rows,

@@ -1,4 +1,4 @@
-"""The int8 sketched GEMM on the CUDA backend (src/cuda/int8_cuda.cu, int8_kernels.cu and the int8
+"""The int8 sketched GEMM on the CUDA backend (src/cuda/quantized_cuda.cu, quantized_rows.cuh, int8_kernels.cu and the int8
 GEMM of lt_gemm.cu): against the step-by-step quantized reference of tests/core/test_int8_matmul.py
 (exact int64 sums, float32 dequantization: the CPU path's own reference) and a float64 reference of
 the dequantized factors (the layer's math up to the activations' quantization), for every activation
