@@ -327,12 +327,25 @@ def test_translation_errors():
         _onnx_float._rank(object(), "S")
 
 
-def test_legacy_exporter_names_the_operator(tmp_path):
-    """torch's TorchScript exporter (dynamo=False, deprecated) has no translations: it stops at its
-    own error naming our operator (see deploy/_onnx.py for why no legacy symbolics are registered)."""
-    layer = sct.LowRankLinear(6, 5, rank=2).eval()
-    with pytest.warns(DeprecationWarning), pytest.raises(Exception, match=r"sketchcore::sketched_linear"):
-        torch.onnx.export(layer, (torch.randn(3, 6),), str(tmp_path / "legacy.onnx"), dynamo=False)
+@pytest.mark.parametrize("kind", ["lowrank", "sklinear", "int8"])
+def test_legacy_exporter_is_refused_naming_the_supported_call(tmp_path, kind):
+    """torch's TorchScript exporter (dynamo=False, deprecated) has no translations of our operators:
+    the first one it traces raises naming dynamo=True and export_onnx (torch's own error named
+    neither); see deploy/_onnx.py for why no legacy symbolics are registered."""
+    layer = {"lowrank": lambda: sct.LowRankLinear(6, 5, rank=2),
+             "sklinear": lambda: sct.SKLinear(6, 5, 1, 2),
+             "int8": lambda: sct.Int8LowRankLinear.from_float(sct.LowRankLinear(6, 5, rank=2).eval())}[kind]().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception, match=r"sketchcore::\w+: expected torch's dynamo ONNX exporter, got the "
+                                            r"TorchScript exporter .*export_onnx.*dynamo=True"):
+            with torch.no_grad():
+                torch.onnx.export(layer, (torch.randn(3, 6),), str(tmp_path / "legacy.onnx"), dynamo=False)
+    # outside an ONNX export, tracing still runs the operator
+    with torch.no_grad():
+        traced = torch.jit.trace(layer, (torch.randn(3, 6),), check_trace=False)
+        x = torch.randn(4, 6)
+        assert torch.equal(traced(x), layer(x))
 
 
 def test_docstring_examples():

@@ -4,6 +4,7 @@ torch functions (for the composite formulas that mirror the core's fused epilogu
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Callable, TypeVar
 
 import torch
@@ -23,6 +24,21 @@ TORCH_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
     "silu": F.silu,
 }
+
+
+def refuse_legacy_onnx_export(op: str) -> None:
+    """Raises, naming the supported call, when torch's TorchScript ONNX exporter
+    (``torch.onnx.export(..., dynamo=False)``) traces a sketchcore operator: that exporter has no
+    translation of them, and its own error names neither ``dynamo=True`` nor ``export_onnx``.
+    Costs one check outside ``torch.jit.trace``; ``torch.onnx`` is only read if already imported."""
+    if torch.jit.is_tracing():
+        onnx = sys.modules.get("torch.onnx")
+        if onnx is not None and onnx.is_in_onnx_export():
+            raise RuntimeError(
+                f"sketchcore::{op}: expected torch's dynamo ONNX exporter, got the TorchScript exporter "
+                "(torch.onnx.export(..., dynamo=False)), which has no translation of sketchcore's operators: call "
+                "sketchcore.torch.export_onnx(model, args, f), or torch.onnx.export(model, args, f, dynamo=True, "
+                "custom_translation_table=sketchcore.torch.onnx_translations())")
 
 
 InitT = TypeVar("InitT", bound=Callable[..., None])

@@ -14,11 +14,12 @@ custom_translation_table=sketchcore.torch.onnx_translations())``, or :func:`expo
 passes it. The exported torch graph keeps ``sketchcore::*`` operators; only their ONNX lowering is ours.
 
 The legacy TorchScript exporter (``dynamo=False``, deprecated by torch since 2.9) is not
-supported: :func:`export_onnx` refuses ``dynamo=False`` naming the supported call, and a plain
-``torch.onnx.export(..., dynamo=False)`` stops at torch's ``UnsupportedOperatorError`` naming the
-operator. Registering legacy symbolic functions would need ``torch.onnx`` imported whenever sketchcore
-is (its legacy symbolic tables take about as long to import as ``sketchcore.torch`` itself), for
-every user, to serve an exporter torch has deprecated.
+supported: :func:`export_onnx` refuses ``dynamo=False`` naming the supported call, and so does the
+first sketchcore operator a plain ``torch.onnx.export(..., dynamo=False)`` traces
+(``_common.refuse_legacy_onnx_export``, which reads ``torch.onnx`` only when it is already imported).
+Registering legacy symbolic functions would need ``torch.onnx`` imported whenever sketchcore is (its
+legacy symbolic tables take about as long to import as ``sketchcore.torch`` itself), for every user,
+to serve an exporter torch has deprecated.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from torch import Tensor
 
 import sketchcore
 
-from sketchcore.torch._common import checked_activation
+from sketchcore.torch._common import checked_activation, refuse_legacy_onnx_export
 from sketchcore.torch.ops import _eager, _functorch, _ops  # noqa: F401 - _ops registers the operators
 
 
@@ -113,6 +113,7 @@ def run_sklinear(x: Tensor, S1s: Tensor, S2s: Tensor, U1s: Tensor, U2s: Tensor, 
         return _functorch.SketchedLinearFunction.apply(x, torch.cat([S1s, U2s]), torch.cat([U1s, S2s]), bias,
                                                        activation, 1.0 / (2 * S1s.shape[0]), dropout_p,
                                                        _dropout_seed(seed, dropout_p))
+    refuse_legacy_onnx_export("sklinear")
     y, _ = torch.ops.sketchcore.sklinear(x, S1s, S2s, U1s, U2s, bias, activation, dropout_p,
                                          _dropout_seed(seed, dropout_p))
     return y
@@ -193,6 +194,7 @@ def run_sketched_linear(x: Tensor, S: Tensor, U: Tensor, bias: Optional[Tensor],
     if _functorch.transforms_active():  # torch.func.grad/vjp/jacrev/vmap (see _functorch)
         return _functorch.SketchedLinearFunction.apply(x, S, U, bias, activation, scale, dropout_p,
                                                        _dropout_seed(seed, dropout_p), inner_activation)
+    refuse_legacy_onnx_export("sketched_linear")
     y, _ = torch.ops.sketchcore.sketched_linear(x, S, U, bias, activation, scale, dropout_p,
                                                 _dropout_seed(seed, dropout_p), inner_activation)
     return y

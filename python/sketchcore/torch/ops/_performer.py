@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 import sketchcore
+from sketchcore.torch._common import refuse_legacy_onnx_export
 from sketchcore.torch.ops import _eager
 from sketchcore.torch.ops._performer_formulas import reference_attention
 
@@ -187,4 +188,5 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, features: Tensor, *, ke
         if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
             return performer_forward(q, k, v, features, key_weights, value_weights, kernel, causal)
         return _EagerPerformer.apply(q, k, v, features, key_weights, value_weights, kernel, causal)
+    refuse_legacy_onnx_export("performer_attention")
     return torch.ops.sketchcore.performer_attention(q, k, v, features, key_weights, value_weights, kernel, causal)

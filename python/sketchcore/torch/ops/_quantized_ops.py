@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 import sketchcore
+from sketchcore.torch._common import refuse_legacy_onnx_export
 from sketchcore.torch.ops import _functorch
 
 __all__ = ["FORMATS", "QuantFormat", "int8_linear", "int8_sketched_linear", "packed", "quant_format",
@@ -283,6 +284,7 @@ def quantized_sketched_linear(fmt: QuantFormat, x: Tensor, S_q: Tensor, S_scale:
     if _eager(x, S_q, S_scale, U_q, U_scale, bias):
         _check_no_grad(fmt.operator, x, bias)
         return _sketched_body(fmt, x, S_q, S_scale, U_q, U_scale, bias, activation, inner_activation)
+    refuse_legacy_onnx_export(fmt.operator)
     out: Tensor = _OPERATORS[fmt.name](x, S_q, S_scale, U_q, U_scale, bias, activation, inner_activation)
     return out
 
@@ -299,5 +301,6 @@ def int8_linear(x: Tensor, W_q: Tensor, W_scale: Tensor, bias: Optional[Tensor] 
     if _eager(x, W_q, W_scale, bias):
         _check_no_grad("int8_linear", x, bias)
         return _linear_body(x, W_q, W_scale, bias, activation)
+    refuse_legacy_onnx_export("int8_linear")
     out: Tensor = torch.ops.sketchcore.int8_linear(x, W_q, W_scale, bias, activation)
     return out
