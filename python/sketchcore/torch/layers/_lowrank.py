@@ -15,6 +15,8 @@ from sketchcore.torch._common import ACTIVATIONS, keyword_hints, positive_int
 from sketchcore.torch.ops._functional import _dropout_seed, run_sketched_linear
 from sketchcore.torch.layers._layer_state import SketchedLayer, dense_copy
 
+_is_compiling = torch.compiler.is_compiling
+
 
 class LowRankLinear(SketchedLayer):
     """``y = dropout(activation(σ(x S) U + bias))``: a rank-``rank`` linear layer through
@@ -230,7 +232,8 @@ class LowRankLinear(SketchedLayer):
         S, U, bias = params["S"], params["U"], params["bias"]
         p = self.dropout if self.training else 0.0
         y = run_sketched_linear(x, S, U, bias, self.activation, 1.0, p, None, self.inner_activation)
-        if p == 0 and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) and _memory_mode.active():
+        if p == 0 and not _is_compiling() and isinstance(y.grad_fn, _eager.SketchedLinear._backward_cls) \
+                and _memory_mode.active():  # only the eager road's node (dynamo cannot read grad_fn)
             # y is recomputable from the Z the fused op saved (not under autocast's cast of y)
             _memory_mode.register(y, y.grad_fn, U, bias, self.activation, self.inner_activation)
         return y
